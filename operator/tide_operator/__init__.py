@@ -1,0 +1,1 @@
+"""TIDE operator: keeps speculative decoding on vLLM aligned with live traffic."""

@@ -1,0 +1,1 @@
+"""Pure decision logic: no kopf, no client, no network."""

@@ -1,0 +1,1 @@
+"""vLLM serving plugin: hidden-state capture, draft hot swap, speculation control."""

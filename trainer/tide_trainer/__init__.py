@@ -1,0 +1,1 @@
+"""EAGLE-3 draft trainer that learns from hidden states captured while serving."""
