@@ -1,0 +1,19 @@
+.PHONY: demo test setup lint cluster-up cluster-down clean
+
+demo:            ## the whole loop on a local control plane (see README)
+	bash hack/demo.sh
+
+test:            ## lint + every test tier; installs what it needs
+	bash hack/test.sh
+
+setup:
+	bash hack/setup.sh
+
+lint:
+	.venv/bin/ruff check .
+
+cluster-up:      ## a local control plane with fake GPU nodes; prints KUBECONFIG
+	.venv/bin/python -m tide_localcluster up
+
+cluster-down:
+	.venv/bin/python -m tide_localcluster down

@@ -1,0 +1,260 @@
+"""One pod's lifecycle on the process kubelet: start, watch, probe, restart, report, stop."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kubernetes.client.rest import ApiException
+
+from tide_localcluster import probes
+from tide_localcluster.podenv import ContainerConfigError, command_line, container_env, decode_secret
+from tide_localcluster.podstatus import ContainerView, PodView, rfc3339, terminated
+from tide_localcluster.processes import ProcessRecord, _start_ticks, stop
+
+if TYPE_CHECKING:
+    from tide_localcluster.kubelet import Kubelet
+
+log = logging.getLogger("kubelet")
+PASS_THROUGH_ENV = ("HOME", "LANG", "LC_ALL", "TZ", "TIDE_CACHE", "HF_HUB_OFFLINE",
+                    "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+MAX_BACKOFF_S = 10.0  # the real kubelet caps at 5 min; tests need restarts to be quick
+TICK_S = 0.25
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass
+class Container:
+    spec: dict[str, Any]
+    view: ContainerView
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    record: ProcessRecord | None = None
+    started_mono: float = 0.0
+    backoff_until: float = 0.0
+    readiness: probes.ProbeState = field(default_factory=probes.ProbeState)
+    liveness: probes.ProbeState = field(default_factory=probes.ProbeState)
+
+
+class PodRunner(threading.Thread):
+    def __init__(self, pod: dict[str, Any], ip: str, kubelet: Kubelet) -> None:
+        meta = pod["metadata"]
+        super().__init__(name=f"pod-{meta['namespace']}-{meta['name']}", daemon=True)
+        self.pod, self.ip, self.kubelet = pod, ip, kubelet
+        self.pod.setdefault("status", {}).update(podIP=ip, hostIP="127.0.0.1", podIPs=[{"ip": ip}])
+        self.dir = kubelet.pod_dir(meta["namespace"], meta["name"])
+        self.view = PodView(pod_ip=ip, started=utcnow(), restart_policy=pod["spec"].get("restartPolicy", "Always"))
+        self.containers = [Container(c, ContainerView(c["name"], c.get("image", "")))
+                           for c in pod["spec"]["containers"]]
+        self.view.containers = [c.view for c in self.containers]
+        self._stop_requested = threading.Event()
+        self.stopping = False
+        self._grace_s = 30.0
+        self._delete_after = False
+        self._reported: dict[str, Any] | None = None
+        self._transitions: dict[str, tuple[str, str]] = {}
+
+    # --- control from the kubelet ---
+    def stop(self, grace_s: float, then_delete: bool = False) -> None:
+        self.stopping = True
+        log.info("%s: stopping (grace %.0fs)", self.name, grace_s)
+        self._grace_s, self._delete_after = grace_s, then_delete
+        self._stop_requested.set()
+
+    def is_running(self) -> bool:
+        return any(c.view.running_since for c in self.containers)
+
+    # --- the thread ---
+    def run(self) -> None:
+        meta = self.pod["metadata"]
+        try:
+            if self._prepare() and self._run_init_containers():
+                self.view.initialized = True
+                self._supervise()
+        except (ApiException, OSError) as e:
+            log.warning("pod %s/%s: %s", meta["namespace"], meta["name"], e)
+        except Exception:
+            log.exception("pod %s/%s: runner crashed", meta["namespace"], meta["name"])
+            raise
+        finally:
+            for c in self.containers:
+                self._kill(c, self._grace_s if self.stopping else 0.0)
+            if self._delete_after:
+                self.kubelet.finalize_delete(meta["namespace"], meta["name"], meta["uid"])
+            self.kubelet.forget(meta["uid"], self.ip)
+
+    def _prepare(self) -> bool:
+        """Resolve env; a missing ConfigMap/Secret key waits, like CreateContainerConfigError."""
+        while not self._stop_requested.is_set():
+            try:
+                for c in self.containers:
+                    c.env = self._environment(c.spec)
+                return True
+            except ContainerConfigError as e:
+                for c in self.containers:
+                    c.view.waiting = ("CreateContainerConfigError", str(e))
+                self._report()
+                self._stop_requested.wait(2.0)
+        return False
+
+    def _environment(self, spec: dict[str, Any]) -> dict[str, str]:
+        core = self.kubelet.core
+
+        def configmap(ns: str, name: str) -> dict[str, str] | None:
+            try:
+                return core.read_namespaced_config_map(name, ns).data or {}
+            except ApiException as e:
+                if e.status == 404:
+                    return None
+                raise
+
+        def secret(ns: str, name: str) -> dict[str, str] | None:
+            try:
+                return decode_secret(core.read_namespaced_secret(name, ns).data)
+            except ApiException as e:
+                if e.status == 404:
+                    return None
+                raise
+
+        return container_env(self.pod, spec, configmap, secret)
+
+    def _run_init_containers(self) -> bool:
+        for spec in self.pod["spec"].get("initContainers", []):
+            c = Container(spec, ContainerView(spec["name"], spec.get("image", "")), env=self._environment(spec))
+            self._launch(c)
+            while c.process is not None and c.process.poll() is None:
+                if self._stop_requested.wait(TICK_S):
+                    return False
+            if c.process is None or c.process.returncode != 0:
+                self.view.init_failed = self.view.restart_policy == "Never"
+                for other in self.containers:
+                    other.view.waiting = ("Init:Error", f"init container {spec['name']} failed")
+                self._report()
+                return False
+        return True
+
+    def _supervise(self) -> None:
+        for c in self.containers:
+            self._launch(c)
+        while not self._stop_requested.is_set():
+            now = time.monotonic()
+            for c in self.containers:
+                self._check_exit(c, now)
+                self._probe(c, now)
+            self._report()
+            if self.view.phase() in ("Succeeded", "Failed"):
+                return
+            self._stop_requested.wait(TICK_S)
+
+    def _launch(self, c: Container) -> None:
+        runtime = self.kubelet.images.runtime_for(c.spec.get("image", ""))
+        env = {k: os.environ[k] for k in PASS_THROUGH_ENV if k in os.environ}
+        env["PATH"] = os.pathsep.join([*runtime.path_prepend, os.environ.get("PATH", "/usr/bin:/bin")])
+        env.update(runtime.env)
+        env.update(c.env)
+        try:
+            argv = command_line(c.spec, list(runtime.entrypoint), env)
+        except ContainerConfigError as e:
+            c.view.waiting = ("CreateContainerError", str(e))
+            return
+        log_path = self.dir / f"{c.spec['name']}.log"
+        cwd = c.spec.get("workingDir")
+        cwd = cwd if cwd and os.path.isdir(cwd) else str(self.dir)
+        with open(log_path, "ab") as out:
+            try:
+                c.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             env=env, cwd=cwd, start_new_session=True)
+            except OSError as e:  # e.g. the executable does not exist: like a failed container start
+                c.view.waiting = ("RunContainerError", f"{argv[0]}: {e.strerror}")
+                c.backoff_until = time.monotonic() + self._backoff(c)
+                return
+        ticks = _start_ticks(c.process.pid) or 0
+        c.record = ProcessRecord(name=f"{self.name}-{c.spec['name']}", pid=c.process.pid, start_ticks=ticks,
+                                 log=str(log_path))
+        self.kubelet.record_process(c.record)
+        c.started_mono = time.monotonic()
+        c.view.pid, c.view.running_since, c.view.waiting, c.view.terminated = c.process.pid, utcnow(), None, None
+        c.readiness, c.liveness = probes.ProbeState(), probes.ProbeState()
+
+    def _backoff(self, c: Container) -> float:
+        return min(MAX_BACKOFF_S, 2.0 ** c.view.restart_count)
+
+    def _check_exit(self, c: Container, now: float) -> None:
+        if c.process is None:
+            if c.view.terminated is None and now >= c.backoff_until and c.view.waiting is not None \
+                    and c.view.waiting[0] in ("CrashLoopBackOff", "RunContainerError"):
+                c.view.restart_count += 1
+                self._launch(c)
+            return
+        code = c.process.poll()
+        if code is None:
+            return
+        self._release(c)
+        c.process = None
+        state = terminated(code, c.view.running_since, utcnow())
+        c.view.running_since, c.view.ready, c.view.pid = None, False, None
+        policy = self.view.restart_policy
+        if policy == "Always" or (policy == "OnFailure" and code != 0):
+            c.view.last_terminated = state
+            c.view.waiting = ("CrashLoopBackOff", f"back-off restarting failed container (exit {code})")
+            c.backoff_until = now + self._backoff(c)
+        else:
+            c.view.terminated = state
+
+    def _probe(self, c: Container, now: float) -> None:
+        if c.process is None or c.view.running_since is None:
+            return
+        spec = c.spec
+        if "readinessProbe" in spec:
+            c.readiness = probes.step(spec["readinessProbe"], c.readiness, now, c.started_mono, self.ip, spec, c.env)
+            c.view.ready = c.readiness.passing
+        else:
+            c.view.ready = True
+        if "livenessProbe" in spec:
+            c.liveness = probes.step(spec["livenessProbe"], c.liveness, now, c.started_mono, self.ip, spec, c.env)
+            if c.liveness.failures >= int(spec["livenessProbe"].get("failureThreshold", 3)):
+                log.info("%s: liveness probe failed, restarting %s", self.name, spec["name"])
+                self._kill(c, float(self.pod["spec"].get("terminationGracePeriodSeconds", 30)))
+
+    def _kill(self, c: Container, grace_s: float) -> None:
+        if c.record is not None:
+            stop(c.record, grace_seconds=grace_s)
+            if c.process is not None:
+                c.process.poll()
+            self._release(c)
+
+    def _release(self, c: Container) -> None:
+        if c.record is not None:
+            self.kubelet.drop_process(c.record.pid)
+            c.record = None
+
+    def _report(self) -> None:
+        if self.stopping:
+            return
+        status = self.view.to_status(utcnow())
+        for cond in status["conditions"]:  # lastTransitionTime moves only when the status flips
+            previous = self._transitions.get(cond["type"])
+            if previous and previous[0] == cond["status"]:
+                cond["lastTransitionTime"] = previous[1]
+            self._transitions[cond["type"]] = (cond["status"], cond["lastTransitionTime"])
+        if status == self._reported:
+            return
+        meta = self.pod["metadata"]
+        try:
+            self.kubelet.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
+            self._reported = status
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+__all__ = ["PodRunner", "rfc3339"]

@@ -1,0 +1,88 @@
+"""Shared fixtures: one real control plane per test run, a namespace per test, logs on failure.
+
+The plane (etcd, kube-apiserver, controller-manager, scheduler, fake GPU nodes, the process
+kubelet and Prometheus) starts on first use and is always torn down at the end of the session.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PLANE_TIMINGS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="session")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from tide_localcluster import binaries
+    from tide_localcluster import plane as local_plane
+    from tide_localcluster.paths import DEFAULT_POOLS
+
+    binaries.ensure_built()
+    state_dir = tmp_path_factory.mktemp("localcluster")
+    started = time.monotonic()
+    try:
+        info = local_plane.up(state_dir, DEFAULT_POOLS)
+        PLANE_TIMINGS["up_s"] = time.monotonic() - started
+        yield info
+    finally:
+        local_plane.down(state_dir)
+
+
+@pytest.fixture(scope="session")
+def kube(plane: object) -> object:
+    from tide_localcluster.client import api_client
+
+    return api_client(plane)
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kube: object) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards whatever happened."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube)
+    name = f"t-{request.node.name[:40].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
+    core.create_namespace({"metadata": {"name": name}})
+    deadline = time.monotonic() + 30
+    # Pods are refused until the default service account has its token (v1.20 token controller).
+    while not any(sa.secrets for sa in core.list_namespaced_service_account(name).items):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"service account `default` never got a token in {name}")
+        time.sleep(0.2)
+    request.node.tide_namespace = name
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """On failure, attach the control plane's and the test's pods' logs to the report."""
+    report = yield
+    if report.failed and "plane" in getattr(item, "fixturenames", ()):
+        info = item.funcargs.get("plane") if hasattr(item, "funcargs") else None
+        if info is not None:
+            for title, text in _logs(Path(info.state_dir), getattr(item, "tide_namespace", None)):
+                report.sections.append((title, text))
+    return report
+
+
+def _logs(state_dir: Path, namespace: str | None) -> list[tuple[str, str]]:
+    from tide_localcluster.plane import tail
+
+    sections = [(f"log {p.stem}", tail(p, 40)) for p in sorted((state_dir / "logs").glob("*.log"))]
+    if namespace:
+        for p in sorted((state_dir / "pods" / namespace).glob("*/*.log")):
+            sections.append((f"pod log {p.parent.name}/{p.stem}", tail(p, 60)))
+    return sections
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if "up_s" in PLANE_TIMINGS:
+        terminalreporter.write_line(f"local control plane came up in {PLANE_TIMINGS['up_s']:.1f}s (binaries cached)")
