@@ -1,0 +1,103 @@
+"""Condition types, reason constants and ``set_condition`` (metav1.Condition semantics).
+
+As in kubernetes-sigs/jobset: one pure function sets a condition, and ``lastTransitionTime``
+moves only when the status flips, so a steady state writes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from tide_operator.api.status import Condition, ConditionStatus
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"
+    SCHEDULED = "Scheduled"
+    SPECULATION_ENABLED = "SpeculationEnabled"
+    COLLECTING = "Collecting"
+    TRAINING = "Training"
+    PROMOTING = "Promoting"
+    DEGRADED = "Degraded"
+
+
+class Reason:
+    """Reasons (CamelCase, ``^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$``) shared by handlers and tests."""
+
+    # Ready
+    INVALID_SPEC = "InvalidSpec"
+    MISSING_CREDENTIALS = "MissingCredentials"
+    WAITING_FOR_REPLICAS = "WaitingForReplicas"
+    REPLICAS_READY = "ReplicasReady"
+    SCALED_TO_ZERO = "ScaledToZero"
+    # Scheduled (pool choice)
+    POOLS_CHOSEN = "PoolsChosen"
+    NO_MATCHING_GPU_NODES = "NoMatchingGPUNodes"
+    INSUFFICIENT_GPUS = "InsufficientGPUs"
+    # SpeculationEnabled
+    SPEEDUP_ABOVE_MARGIN = "SpeedupAboveMargin"
+    SPEEDUP_BELOW_MARGIN = "SpeedupBelowMargin"
+    FORCED_ON = "ForcedOn"
+    FORCED_OFF = "ForcedOff"
+    NO_DRAFT = "NoDraft"
+    # Collecting / Training / Promoting
+    DRIFT_DETECTED = "DriftDetected"
+    CAPTURE_DISABLED = "CaptureDisabled"
+    BUFFER_FILLING = "BufferFilling"
+    TRAINER_RUNNING = "TrainerRunning"
+    TRAINER_FAILED = "TrainerFailed"
+    TRAINING_BACKOFF = "TrainingBackoff"
+    CANARY_RUNNING = "CanaryRunning"
+    CANARY_ABORTED = "CanaryAborted"
+    PROMOTED = "Promoted"
+    ROLLED_BACK = "RolledBack"
+    PAUSED = "Paused"
+    DRAFT_PINNED = "DraftPinned"
+    # Degraded
+    PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
+    STORAGE_UNREACHABLE = "StorageUnreachable"
+    CHECKSUM_MISMATCH = "ChecksumMismatch"
+    AS_EXPECTED = "AsExpected"
+
+
+def rfc3339(moment: datetime) -> str:
+    """Kubernetes' time format: UTC, whole seconds, ``Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    conditions: tuple[Condition, ...] | list[Condition],
+    type_: str,
+    status: ConditionStatus | str,
+    *,
+    reason: str,
+    message: str,
+    generation: int,
+    now: datetime,
+) -> tuple[tuple[Condition, ...], bool]:
+    """Return (conditions with ``type_`` set, whether anything changed); the input is not modified.
+
+    The new condition keeps its position; a new type is appended.
+    """
+    status = ConditionStatus(status)
+    message = message or reason  # never "": the v1.20 API server reads an empty string as null
+    old = next((condition for condition in conditions if condition.type == type_), None)
+    flipped = old is None or old.status != status
+    new = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+        last_transition_time=rfc3339(now) if flipped else old.last_transition_time,  # type: ignore[union-attr]
+    )
+    if new == old:
+        return tuple(conditions), False
+    if old is None:
+        return (*conditions, new), True
+    return tuple(new if condition.type == type_ else condition for condition in conditions), True
+
+
+def find_condition(conditions: tuple[Condition, ...] | list[Condition], type_: str) -> Condition | None:
+    return next((condition for condition in conditions if condition.type == type_), None)

@@ -1,0 +1,173 @@
+"""Knobs of the adaptive control loop (``spec.control``), all with documented defaults.
+
+Percentages and permille stand in for fractions (no floats in a Kubernetes spec); durations are
+strings read through ``tide_operator.api.units.duration_seconds``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, StringConstraints
+
+from tide_operator.api.base import ApiModel, DnsSubdomain, cel_validations
+from tide_operator.api.units import ByteQuantity, Duration
+
+Percent = Annotated[int, Field(ge=0, le=100)]
+
+
+class SpeculationMode(StrEnum):
+    ADAPTIVE = "Adaptive"  # on while the modelled speedup at the observed batch size pays
+    ON = "On"
+    OFF = "Off"
+
+
+class ServerSideEncryption(StrEnum):
+    NONE = "None"
+    AES256 = "AES256"
+    AWS_KMS = "aws:kms"
+
+
+class DecisionSpec(ApiModel):
+    """When speculation is switched (Adaptive mode)."""
+
+    speedup_margin_percent: Percent = 5
+    """Turn on only when the modelled speedup exceeds 1 + margin."""
+    hysteresis_percent: Percent = 3
+    """Turn off only when the modelled speedup falls below 1 + margin - hysteresis."""
+    min_dwell: Duration = "2m"
+    """Minimum time between two switches."""
+
+
+class DriftSpec(ApiModel):
+    """Drift detector: short and long exponential moving averages of the acceptance rate."""
+
+    short_half_life: Duration = "2m"
+    long_half_life: Duration = "30m"
+    threshold_percent: int = Field(default=5, ge=1, le=100)
+    """A shift is short < long - threshold, in percentage points of acceptance rate."""
+    min_samples: int = Field(default=200, ge=1, le=1_000_000_000)
+    """Drafted tokens observed before the detector may fire."""
+
+
+class ConfigMapKeyRef(ApiModel):
+    name: DnsSubdomain
+    key: Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
+
+
+class CostPoint(ApiModel):
+    """Measured step costs at one batch size."""
+
+    batch_size: int = Field(ge=1, le=65536)
+    draft_cost_permille: int = Field(ge=0, le=100_000)
+    """c(b): one draft step as a fraction of one target step, in permille."""
+    verify_cost_percent: int = Field(ge=1, le=10_000)
+    """beta(b): one verification step as a fraction of one target decode step, in percent."""
+
+
+class CostProfileSpec(ApiModel):
+    """The cost model's c(b) and beta(b): a ConfigMap reference or inline points, not both."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_validations(
+            {
+                "rule": "has(self.configMapRef) != has(self.points)",
+                "message": "set exactly one of configMapRef and points",
+            }
+        )
+    )
+
+    config_map_ref: ConfigMapKeyRef | None = None
+    points: tuple[CostPoint, ...] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["batchSize"]},
+    )
+
+
+class CaptureSpec(ApiModel):
+    """Capture of target hidden states (derived from user prompts: bounded and encryptable)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_validations(
+            {
+                "rule": "self.serverSideEncryption == 'aws:kms' || !has(self.kmsKeyId)",
+                "message": "kmsKeyId needs serverSideEncryption aws:kms",
+            }
+        )
+    )
+
+    enabled: bool = True
+    """Off: never capture, so no new draft is trained."""
+    sampling_percent: int = Field(default=100, ge=1, le=100)
+    """Share of requests captured while collecting."""
+    max_buffer_samples: int = Field(default=4096, ge=1, le=100_000_000)
+    max_buffer_bytes: ByteQuantity = "2Gi"
+    retention: Duration = "24h"
+    """Captures older than this are dropped."""
+    server_side_encryption: ServerSideEncryption = ServerSideEncryption.NONE
+    kms_key_id: Annotated[str, StringConstraints(min_length=1, max_length=2048)] | None = None
+
+
+class TrainingControlSpec(ApiModel):
+    """When trainer Jobs start."""
+
+    sample_threshold: int = Field(default=2048, ge=1, le=100_000_000)
+    """New captured samples needed to start training."""
+    backoff: Duration = "10m"
+    """Wait after a failed training run."""
+    max_failures: int = Field(default=3, ge=0, le=100)
+    """Consecutive failures before training stops and the deployment reports Degraded."""
+
+
+class CanarySpec(ApiModel):
+    """Live comparison of a candidate draft on part of the fleet (Argo Rollouts vocabulary)."""
+
+    replicas: int = Field(default=1, ge=1, le=64)
+    analysis_window: Duration = "5m"
+    min_acceptance_length_gain_percent: int = Field(default=2, ge=0, le=1000)
+    """Success: canary acceptance length beats control by at least this much."""
+    max_throughput_loss_percent: Percent = 5
+    """Failure: canary generation throughput below control by more than this."""
+    failure_limit: int = Field(default=0, ge=0, le=10)
+    """Failed analyses tolerated before rolling back; inconclusive keeps the old draft."""
+    min_promotion_interval: Duration = "30m"
+
+
+class ControlSpec(ApiModel):
+    """The adaptive loop: speculate, detect drift, collect, train, canary, promote or roll back."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_validations(
+            {"rule": "duration(self.interval) >= duration('5s')", "message": "interval must be at least 5s"},
+            {
+                "rule": "duration(self.drift.shortHalfLife) < duration(self.drift.longHalfLife)",
+                "message": "drift.shortHalfLife must be shorter than drift.longHalfLife",
+            },
+            {
+                "rule": "self.training.sampleThreshold <= self.capture.maxBufferSamples",
+                "message": "training.sampleThreshold must not exceed capture.maxBufferSamples",
+            },
+        )
+    )
+
+    speculation: SpeculationMode = SpeculationMode.ADAPTIVE
+    interval: Duration = "30s"
+    """Period of the control loop (metrics query and decision)."""
+    paused: bool = False
+    """Freeze every decision and actuation; children are still reconciled."""
+    draft_pin: Annotated[str, StringConstraints(pattern=r"^v[1-9][0-9]{0,8}$")] | None = None
+    """Serve this draft version and neither train nor promote."""
+    abort_canary: bool = False
+    """Roll back a running canary now."""
+    adaptive_speculative_tokens: bool = True
+    """Choose the speculative length per batch-size band from the cost model."""
+    decision: DecisionSpec = Field(default_factory=DecisionSpec)
+    drift: DriftSpec = Field(default_factory=DriftSpec)
+    cost_profile: CostProfileSpec | None = None
+    """Default: the operator's built-in profile."""
+    capture: CaptureSpec = Field(default_factory=CaptureSpec)
+    training: TrainingControlSpec = Field(default_factory=TrainingControlSpec)
+    canary: CanarySpec = Field(default_factory=CanarySpec)

@@ -1,0 +1,110 @@
+"""Cross-field rules of the spec: the Python twins of the CRD's CEL rules, plus catalog checks.
+
+Each rule returns (field path, message) problems; ``parse_spec`` reports them in this order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from tide_operator.api.extra_args import denied_flag
+from tide_operator.api.spec import TideDeploymentSpec
+from tide_operator.api.spec_control import ServerSideEncryption
+from tide_operator.api.spec_workload import SUPPORTED_DRAFT_METHODS
+from tide_operator.api.units import duration_seconds
+
+Problem = tuple[str, str]
+MIN_INTERVAL_SECONDS = 5
+
+
+def _tensor_parallel(spec: TideDeploymentSpec) -> list[Problem]:
+    tp, gpus = spec.target.tensor_parallel_size, spec.inference.gpus_per_replica
+    if gpus % tp:
+        return [("spec.target.tensorParallelSize", f"{tp} must divide inference.gpusPerReplica ({gpus})")]
+    return []
+
+
+def _canary_replicas(spec: TideDeploymentSpec) -> list[Problem]:
+    canary, replicas = spec.control.canary.replicas, spec.inference.replicas
+    if replicas > 1 and canary >= replicas:
+        return [("spec.control.canary.replicas", f"{canary} must be fewer than inference.replicas ({replicas})")]
+    return []
+
+
+def _draft_method(spec: TideDeploymentSpec) -> list[Problem]:
+    if spec.draft.method not in SUPPORTED_DRAFT_METHODS:
+        supported = ", ".join(SUPPORTED_DRAFT_METHODS)
+        return [("spec.draft.method", f"{spec.draft.method} is not supported yet (supported: {supported})")]
+    return []
+
+
+def _extra_args(spec: TideDeploymentSpec) -> list[Problem]:
+    return [
+        (f"spec.inference.extraArgs[{index}]", f"{arg!r} sets {flag}, which the operator owns")
+        for index, arg in enumerate(spec.inference.extra_args)
+        if (flag := denied_flag(arg)) is not None
+    ]
+
+
+def _cost_profile(spec: TideDeploymentSpec) -> list[Problem]:
+    profile = spec.control.cost_profile
+    if profile is None:
+        return []
+    if (profile.config_map_ref is None) == (profile.points is None):
+        return [("spec.control.costProfile", "set exactly one of configMapRef and points")]
+    sizes = [point.batch_size for point in profile.points or ()]
+    if len(set(sizes)) != len(sizes):
+        return [("spec.control.costProfile.points", "batchSize values must be unique")]
+    return []
+
+
+def _capture(spec: TideDeploymentSpec) -> list[Problem]:
+    capture = spec.control.capture
+    if capture.kms_key_id is not None and capture.server_side_encryption != ServerSideEncryption.AWS_KMS:
+        return [("spec.control.capture.kmsKeyId", "needs serverSideEncryption aws:kms")]
+    return []
+
+
+def _control_timing(spec: TideDeploymentSpec) -> list[Problem]:
+    control = spec.control
+    problems: list[Problem] = []
+    if duration_seconds(control.interval) < MIN_INTERVAL_SECONDS:
+        problems.append(("spec.control.interval", f"must be at least {MIN_INTERVAL_SECONDS}s"))
+    if duration_seconds(control.drift.short_half_life) >= duration_seconds(control.drift.long_half_life):
+        problems.append(("spec.control.drift.shortHalfLife", "must be shorter than drift.longHalfLife"))
+    if control.training.sample_threshold > control.capture.max_buffer_samples:
+        problems.append(("spec.control.training.sampleThreshold", "must not exceed control.capture.maxBufferSamples"))
+    return problems
+
+
+CEL_TWINS: tuple[Callable[[TideDeploymentSpec], list[Problem]], ...] = (
+    _tensor_parallel,
+    _canary_replicas,
+    _draft_method,
+    _extra_args,
+    _cost_profile,
+    _capture,
+    _control_timing,
+)
+
+
+def _gpu_classes(spec: TideDeploymentSpec, known: Collection[str] | None) -> list[Problem]:
+    problems: list[Problem] = []
+    for pool in ("inference", "training"):
+        classes = getattr(spec, pool).gpu_classes or ()
+        if len(set(classes)) != len(classes):
+            problems.append((f"spec.{pool}.gpuClasses", "must not repeat a class"))
+        unknown = [name for name in classes if known is not None and name not in known]
+        if unknown:
+            problems.append(
+                (
+                    f"spec.{pool}.gpuClasses",
+                    f"unknown GPU class {unknown[0]!r} (catalog: {', '.join(sorted(known or ()))})",
+                )
+            )
+    return problems
+
+
+def cross_field_problems(spec: TideDeploymentSpec, known_gpu_classes: Collection[str] | None) -> list[Problem]:
+    problems = [problem for rule in CEL_TWINS for problem in rule(spec)]
+    return problems + _gpu_classes(spec, known_gpu_classes)

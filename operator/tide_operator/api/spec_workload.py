@@ -1,0 +1,152 @@
+"""What runs where: the target model, its draft, the inference and training pools, storage."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import Field, StringConstraints
+
+from tide_operator.api.base import ApiModel, DnsSubdomain, GpuClassName, ModelLocation
+from tide_operator.api.extra_args import cel_rule as extra_args_cel_rule
+
+# Strings are never empty: the v1.20 API server validates "" in a custom resource as null.
+LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9./_-]+$")]
+QuantityMap = dict[str, int | str]
+
+
+class DraftMethod(StrEnum):
+    EAGLE3 = "eagle3"
+    EAGLE = "eagle"  # reserved: the trainer and the serving plugin handle EAGLE-3 only for now
+
+
+SUPPORTED_DRAFT_METHODS: tuple[DraftMethod, ...] = (DraftMethod.EAGLE3,)
+
+
+class TargetSpec(ApiModel):
+    """The target model that vLLM serves; drafts are pinned to its revision and tokenizer."""
+
+    model: ModelLocation
+    """s3://bucket/prefix, a Hugging Face model id, or a path inside the image."""
+    revision: Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._/-]+$")]
+    """Revision of the target weights (a commit for Hugging Face ids, a label for s3:// and paths)."""
+    tokenizer: ModelLocation | None = None
+    """Tokenizer location; defaults to the model."""
+    served_model_name: Annotated[str, StringConstraints(max_length=128, pattern=r"^[A-Za-z0-9._:/-]+$")] | None = None
+    """Model name clients send in requests; defaults to the TideDeployment's name."""
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    """GPUs one vLLM engine shards the target across; must divide inference.gpusPerReplica."""
+
+
+class DraftSpec(ApiModel):
+    """The speculative draft head."""
+
+    method: DraftMethod = Field(
+        default=DraftMethod.EAGLE3, json_schema_extra={"enum": [m.value for m in SUPPORTED_DRAFT_METHODS]}
+    )
+    """Draft algorithm; eagle3 is the only one served and trained so far."""
+    initial: ModelLocation | None = None
+    """Draft to start with; without one, serve without speculation until a draft is trained."""
+    num_speculative_tokens: int = Field(default=3, ge=1, le=8)
+    """Tokens the draft proposes per step (the upper bound when adaptiveSpeculativeTokens is on)."""
+
+
+class TolerationOperator(StrEnum):
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Toleration(ApiModel):
+    """A core/v1 Toleration (GPU pools are usually tainted)."""
+
+    key: LabelKey | None = None
+    operator: TolerationOperator | None = None
+    value: Annotated[str, StringConstraints(min_length=1, max_length=63)] | None = None
+    effect: TaintEffect | None = None
+    toleration_seconds: int | None = Field(default=None, ge=0)
+
+
+class ResourceOverrides(ApiModel):
+    """CPU and memory for the container; the GPU count always comes from the pool's GPU class."""
+
+    requests: QuantityMap | None = Field(default=None, max_length=16)
+    limits: QuantityMap | None = Field(default=None, max_length=16)
+
+
+class PodScheduling(ApiModel):
+    """Production scheduling knobs shared by the inference pods and the trainer Jobs."""
+
+    gpu_classes: tuple[GpuClassName, ...] | None = Field(
+        default=None, max_length=16, json_schema_extra={"x-kubernetes-list-type": "set"}
+    )
+    """Allowed GPU classes from the operator's catalog; default: every class in the catalog."""
+    image: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = None
+    """Container image; default from the operator configuration."""
+    tolerations: tuple[Toleration, ...] = Field(default=(), max_length=32)
+    priority_class_name: DnsSubdomain | None = None
+    service_account_name: DnsSubdomain | None = None
+    """Service account of the pods (cloud IAM for S3 instead of a credentials Secret)."""
+    resources: ResourceOverrides | None = None
+    pod_template_override: dict[str, Any] | None = None
+    """Merged last into the pod template (maps merge, lists of named items merge by name)."""
+
+
+class InferenceSpec(PodScheduling):
+    """The vLLM servers on the inference pool."""
+
+    replicas: int = Field(default=1, ge=0, le=64)
+    """vLLM replicas; owned by the scale subresource when an autoscaler is used."""
+    gpus_per_replica: int = Field(default=1, ge=1, le=16)
+    """GPUs per replica; a replica must fit on one node."""
+    extra_args: tuple[Annotated[str, StringConstraints(min_length=1, max_length=512)], ...] = Field(
+        default=(),
+        max_length=64,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": extra_args_cel_rule(), "message": "extraArgs may not set a flag the operator owns"}
+            ]
+        },
+    )
+    """Extra vLLM arguments; flags the operator sets itself (--model, -sc, --port...) are refused."""
+    port: int = Field(default=8000, ge=1024, le=65535)
+    """Port of the OpenAI API, /health, /metrics and the serving plugin's control routes."""
+
+
+class TrainingSpec(PodScheduling):
+    """The trainer Jobs on the training pool."""
+
+    gpus_per_job: int = Field(default=1, ge=1, le=16)
+    max_concurrent_jobs: int = Field(default=1, ge=1, le=8)
+
+
+class S3Storage(ApiModel):
+    """S3 (or S3-compatible) storage of captures and drafts."""
+
+    bucket: Annotated[str, StringConstraints(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")]
+    # No empty-string defaults: the v1.20 API server reads them as null and rejects the CRD.
+    prefix: (
+        Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=r"^[A-Za-z0-9!_.*'()/-]+$")] | None
+    ) = None
+    """Key prefix of this deployment's captures/ and drafts/; default: <namespace>/<name>."""
+    endpoint: Annotated[str, StringConstraints(max_length=512, pattern=r"^https?://\S+$")] | None = None
+    """Endpoint of an S3-compatible store; empty for AWS."""
+    region: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$")] | None = None
+    credentials_secret: DnsSubdomain | None = None
+    """Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; omit to use the service account."""
+    delete_artifacts_on_delete: bool = False
+    """Delete captures and drafts when the TideDeployment is deleted (kept by default)."""
+
+
+class StorageSpec(ApiModel):
+    s3: S3Storage
+
+
+class PrometheusSpec(ApiModel):
+    url: Annotated[str, StringConstraints(max_length=512, pattern=r"^https?://\S+$")] | None = None
+    """Prometheus that scrapes the vLLM pods; default from the operator configuration."""

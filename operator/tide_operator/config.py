@@ -1,0 +1,73 @@
+"""Operator configuration: defaults the TideDeployment spec may leave out, and the GPU catalog.
+
+Loaded from the chart's values (camelCase keys) or built in Python (snake_case); every field has a
+default so an empty config works.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from tide_operator.catalog import DEFAULT_CATALOG, ConfigError, GpuCatalog, GpuClass, load_catalog
+
+
+class _ConfigModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class ServingConfig(_ConfigModel):
+    """The vLLM server image (vLLM plus the tide_serving plugin) and how to start it.
+
+    Class names must match what the serving plugin ships (its contract owns them).
+    """
+
+    image: str = "ghcr.io/tide-operator/vllm-tide:v0.33.0"
+    """vllm/vllm-openai:v0.33.0 with tide_serving installed (images/ builds it)."""
+    command: tuple[str, ...] = ("python", "-m", "vllm.entrypoints.openai.api_server")
+    worker_extension_cls: str | None = "tide_serving.worker_extension.TideWorkerExtension"
+    """Adds draft hot swap and hidden-state capture to vLLM's workers."""
+    scheduler_cls: str | None = "tide_serving.scheduler.SpeculationSwitchScheduler"
+    """Switches speculation without a restart (runtime_control in the serving contract)."""
+    vllm_plugins: str | None = "tide_control"
+    """VLLM_PLUGINS: loads the plugin's control routes (vLLM endpoint plugin)."""
+    shm_size: str = "16Gi"
+    """Size of /dev/shm (tensor parallel workers exchange tensors through it)."""
+
+
+class TrainerConfig(_ConfigModel):
+    """The trainer image and launchers (docs/contracts/trainer-cli.md)."""
+
+    image: str = "ghcr.io/tide-operator/tide-trainer:0.1.0"
+    command: tuple[str, ...] = ("python", "-m", "tide_trainer", "train")
+    distributed_command: tuple[str, ...] = ("torchrun", "--nproc-per-node={gpus}", "-m", "tide_trainer", "train")
+    """Used when a Job has more than one GPU; ``{gpus}`` becomes training.gpusPerJob."""
+    work_dir: str = "/var/tide/train"
+    """Checkpoints, exported candidate and report (an emptyDir)."""
+
+
+class OperatorConfig(_ConfigModel):
+    serving: ServingConfig = Field(default_factory=ServingConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    prometheus_url: str = "http://prometheus-operated.monitoring:9090"
+    resync_interval_seconds: float = Field(default=30.0, gt=0, le=3600)
+    """How often every TideDeployment is re-checked against its children (drift repair, status)."""
+    gpu_classes: tuple[GpuClass, ...] = DEFAULT_CATALOG.gpu_classes
+
+    @property
+    def catalog(self) -> GpuCatalog:
+        return GpuCatalog(gpu_classes=self.gpu_classes)
+
+
+def load_operator_config(raw: Any) -> OperatorConfig:
+    """Config from a dict (chart values); raises ConfigError naming the field."""
+    try:
+        config = OperatorConfig.model_validate(raw or {})
+    except ValidationError as err:
+        first = err.errors()[0]
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".")
+        raise ConfigError(path, first["msg"]) from None
+    load_catalog({"gpuClasses": [gpu_class.model_dump() for gpu_class in config.gpu_classes]})
+    return config

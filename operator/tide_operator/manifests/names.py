@@ -1,0 +1,48 @@
+"""Names of the objects the operator owns, derived from the TideDeployment's name.
+
+Deterministic, so an operator restart finds its children instead of creating duplicates. Every
+name is an RFC 1035 label of at most 63 characters (Services and Job pod labels need that).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+MAX_NAME = 63
+_HASH_LENGTH = 8
+
+
+def dns_label(text: str, max_length: int = MAX_NAME) -> str:
+    """``text`` lower-cased with runs of other characters as ``-``; when it is too long, cut and
+    end with a hash of the whole text so distinct inputs keep distinct names."""
+    label = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    if len(label) <= max_length and label == text:
+        return label
+    digest = hashlib.sha256(text.encode()).hexdigest()[:_HASH_LENGTH]
+    head = label[: max_length - _HASH_LENGTH - 1].rstrip("-")
+    return f"{head}-{digest}" if head else digest
+
+
+def serving_name(td_name: str) -> str:
+    """Deployment and Service of the vLLM servers."""
+    return dns_label(f"{td_name}-vllm")
+
+
+def serving_config_name(td_name: str) -> str:
+    return dns_label(f"{td_name}-serving")
+
+
+def control_token_secret_name(td_name: str) -> str:
+    """Secret (key ``token``) with the bearer token of the serving plugin's control routes."""
+    return dns_label(f"{td_name}-control")
+
+
+def trainer_job_name(td_name: str, run_id: str) -> str:
+    """``<td>-train-<run id>``; a long or unusual run id becomes a hash, the rest stays readable."""
+    full = f"{td_name}-train-{run_id}"
+    if dns_label(full) == full:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_LENGTH]
+    head = td_name[: MAX_NAME - len("-train-") - _HASH_LENGTH].rstrip("-")  # td names are RFC 1035 labels
+    return f"{head}-train-{digest}"

@@ -1,0 +1,81 @@
+"""Pod pieces shared by the vLLM servers and the trainer Jobs: placement, GPUs, S3 access."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tide_operator.api.spec_workload import PodScheduling, S3Storage
+from tide_operator.catalog import GpuClass
+
+SHM_VOLUME = "dshm"
+SHM_MOUNT_PATH = "/dev/shm"  # noqa: S108 - a mount path for shared memory, not a temporary file
+
+
+def node_affinity(gpu_class: GpuClass) -> dict[str, Any]:
+    """Required affinity to the class's nodes: one nodeSelectorTerm per label requirement (ORed)."""
+    terms = [
+        {"matchExpressions": [{"key": requirement.key, "operator": "In", "values": list(requirement.values)}]}
+        for requirement in gpu_class.node_labels
+    ]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def gpu_resources(scheduling: PodScheduling, gpu_class: GpuClass, gpus: int) -> dict[str, Any]:
+    """The spec's CPU/memory overrides plus the GPU limit, which always comes from the pool."""
+    overrides = scheduling.resources
+    requests = dict(overrides.requests or {}) if overrides else {}
+    limits = dict(overrides.limits or {}) if overrides else {}
+    limits[gpu_class.resource_name] = gpus
+    requests.pop(gpu_class.resource_name, None)  # extended resources: the limit is the request
+    return {"requests": requests, "limits": limits} if requests else {"limits": limits}
+
+
+def registry_prefix(td_name: str, namespace: str, storage: S3Storage) -> str:
+    """Key prefix of the deployment's registry (docs/contracts/draft-registry.md).
+
+    ``spec.storage.s3.prefix``, or ``<namespace>/<name>`` so deployments sharing a bucket stay apart.
+    The operator's registry adapter must use the same prefix as the pods.
+    """
+    return (storage.prefix or f"{namespace}/{td_name}").strip("/")
+
+
+def s3_uri(td_name: str, namespace: str, storage: S3Storage, *parts: str) -> str:
+    """``s3://bucket/<registry prefix>/<parts>``."""
+    path = "/".join(p.strip("/") for p in (registry_prefix(td_name, namespace, storage), *parts) if p.strip("/"))
+    return f"s3://{storage.bucket}/{path}"
+
+
+def s3_env(storage: S3Storage) -> list[dict[str, Any]]:
+    """AWS variables for boto3 and vLLM's Run:ai streamer; keys come from the Secret when one is named."""
+    env: list[dict[str, Any]] = []
+    if storage.credentials_secret:
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            env.append({"name": key, "valueFrom": {"secretKeyRef": {"name": storage.credentials_secret, "key": key}}})
+    if storage.endpoint:
+        env.append({"name": "AWS_ENDPOINT_URL", "value": storage.endpoint})
+        # S3-compatible stores (MinIO, moto) want path-style addressing.
+        env.append({"name": "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING", "value": "0"})
+    if storage.region:
+        env.append({"name": "AWS_DEFAULT_REGION", "value": storage.region})
+    return env
+
+
+def field_env(name: str, field_path: str) -> dict[str, Any]:
+    """An environment variable from the downward API (``status.podIP``, ``metadata.name``)."""
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def shm_volume(size: str) -> dict[str, Any]:
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": size}}
+
+
+def scheduling_fields(scheduling: PodScheduling, gpu_class: GpuClass) -> dict[str, Any]:
+    """Affinity, tolerations, priority class and service account of a pod spec."""
+    fields: dict[str, Any] = {"affinity": node_affinity(gpu_class)}
+    if scheduling.tolerations:
+        fields["tolerations"] = [toleration.to_wire() for toleration in scheduling.tolerations]
+    if scheduling.priority_class_name:
+        fields["priorityClassName"] = scheduling.priority_class_name
+    if scheduling.service_account_name:
+        fields["serviceAccountName"] = scheduling.service_account_name
+    return fields

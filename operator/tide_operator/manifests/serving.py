@@ -1,0 +1,225 @@
+"""The vLLM servers: rendered serving config, Deployment, Service and ConfigMap.
+
+The draft VERSION a pod serves is never in the pod template: hot swap and canary change it at
+runtime, and a template change would restart every pod. The template names only the launch draft
+(``spec.draft.initial``, or the bootstrap draft the control loop passes once when a deployment
+started without one); pods that start later load the promoted draft through TIDE_REGISTRY_URI.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tide_operator.api.spec import TideDeploymentSpec
+from tide_operator.config import OperatorConfig
+from tide_operator.control.placement import Placement
+from tide_operator.manifests import labels, names, pod
+from tide_operator.manifests.fingerprint import SPEC_HASH_ANNOTATION, stable_hash
+from tide_operator.manifests.merge import merge_override
+
+CONTAINER_NAME = "vllm"
+# vLLM serves /metrics on its API port, so the one named port is also the metrics port.
+PORT_NAME = "http"
+SERVING_CONFIG_KEY = "serving.json"
+# Key of the per-deployment Secret (names.control_token_secret_name) the handlers create.
+CONTROL_AUTH_KEY = "token"
+
+
+def is_hub_id(location: str) -> bool:
+    """A Hugging Face id (``org/model``) rather than ``s3://...`` or a path in the image."""
+    return "://" not in location and not location.startswith(("/", "."))
+
+
+def speculative_config(spec: TideDeploymentSpec, draft_location: str) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "method": spec.draft.method.value,
+        "model": draft_location,
+        "num_speculative_tokens": spec.draft.num_speculative_tokens,
+    }
+    if draft_location.startswith("s3://"):
+        config["draft_load_config"] = {"load_format": "runai_streamer"}
+    return config
+
+
+def render_serving_config(
+    td_name: str, namespace: str, spec: TideDeploymentSpec, bootstrap_draft: str | None = None
+) -> dict[str, Any]:
+    """What the servers run, as JSON: the ConfigMap holds it and the container args derive from it."""
+    draft = spec.draft.initial or bootstrap_draft
+    storage = spec.storage.s3
+    return {
+        "model": spec.target.model,
+        "revision": spec.target.revision,
+        "tokenizer": spec.target.tokenizer,
+        "servedModelName": spec.target.served_model_name or td_name,
+        "tensorParallelSize": spec.target.tensor_parallel_size,
+        "port": spec.inference.port,
+        "speculativeConfig": speculative_config(spec, draft) if draft else None,
+        "extraArgs": list(spec.inference.extra_args),
+        "registryUri": pod.s3_uri(td_name, namespace, storage),
+        "captureUri": pod.s3_uri(td_name, namespace, storage, "captures") + "/"
+        if spec.control.capture.enabled
+        else None,
+    }
+
+
+def vllm_args(rendered: dict[str, Any], config: OperatorConfig) -> list[str]:
+    """Command-line arguments of the vLLM OpenAI server; ``$(POD_IP)`` is expanded by the kubelet."""
+    model = rendered["model"]
+    args = ["--model", model]
+    if is_hub_id(model):
+        args += ["--revision", rendered["revision"]]
+    if model.startswith("s3://"):
+        args += ["--load-format", "runai_streamer"]
+    if rendered["tokenizer"]:
+        args += ["--tokenizer", rendered["tokenizer"]]
+    args += ["--served-model-name", rendered["servedModelName"]]
+    args += ["--tensor-parallel-size", str(rendered["tensorParallelSize"])]
+    args += ["--host", "$(POD_IP)", "--port", str(rendered["port"])]
+    if config.serving.worker_extension_cls:
+        args += ["--worker-extension-cls", config.serving.worker_extension_cls]
+    if rendered["speculativeConfig"]:
+        if config.serving.scheduler_cls:
+            args += ["--scheduler-cls", config.serving.scheduler_cls]
+        args += ["--speculative-config", json.dumps(rendered["speculativeConfig"], separators=(",", ":"))]
+    extra_args: list[str] = rendered["extraArgs"]
+    return args + extra_args
+
+
+def _env(td_name: str, spec: TideDeploymentSpec, rendered: dict[str, Any], config: OperatorConfig) -> list[Any]:
+    env = [pod.field_env("POD_IP", "status.podIP"), pod.field_env("TIDE_POD_NAME", "metadata.name")]
+    env += pod.s3_env(spec.storage.s3)
+    secret = {"name": names.control_token_secret_name(td_name), "key": CONTROL_AUTH_KEY}
+    env.append({"name": "TIDE_CONTROL_TOKEN", "valueFrom": {"secretKeyRef": secret}})
+    env.append({"name": "TIDE_TARGET_REVISION", "value": spec.target.revision})
+    env.append({"name": "TIDE_REGISTRY_URI", "value": rendered["registryUri"]})
+    if rendered["captureUri"]:
+        env.append({"name": "TIDE_CAPTURE_URI", "value": rendered["captureUri"]})
+    if config.serving.vllm_plugins:
+        env.append({"name": "VLLM_PLUGINS", "value": config.serving.vllm_plugins})
+    return env
+
+
+def _container(
+    td_name: str,
+    spec: TideDeploymentSpec,
+    placement: Placement,
+    config: OperatorConfig,
+    rendered: dict[str, Any],
+) -> dict[str, Any]:
+    gpu_class = _inference_class(placement)
+    return {
+        "name": CONTAINER_NAME,
+        "image": spec.inference.image or config.serving.image,
+        "command": list(config.serving.command),
+        "args": vllm_args(rendered, config),
+        "env": _env(td_name, spec, rendered, config),
+        "ports": [{"name": PORT_NAME, "containerPort": spec.inference.port, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": PORT_NAME},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "resources": pod.gpu_resources(spec.inference, gpu_class, spec.inference.gpus_per_replica),
+        "volumeMounts": [{"name": pod.SHM_VOLUME, "mountPath": pod.SHM_MOUNT_PATH}],
+    }
+
+
+def _inference_class(placement: Placement) -> Any:
+    if placement.inference.gpu_class is None:
+        raise ValueError(f"no inference GPU class chosen: {placement.inference.message}")
+    return placement.inference.gpu_class
+
+
+def _pod_template(
+    td_name: str,
+    spec: TideDeploymentSpec,
+    placement: Placement,
+    config: OperatorConfig,
+    rendered: dict[str, Any],
+) -> dict[str, Any]:
+    gpu_class = _inference_class(placement)
+    template = {
+        "metadata": {
+            "labels": {**labels.serving_labels(td_name), labels.GPU_CLASS_LABEL: gpu_class.name},
+            "annotations": {
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(spec.inference.port),
+                "prometheus.io/path": "/metrics",
+            },
+        },
+        "spec": {
+            "containers": [_container(td_name, spec, placement, config, rendered)],
+            "volumes": [pod.shm_volume(config.serving.shm_size)],
+            **pod.scheduling_fields(spec.inference, gpu_class),
+        },
+    }
+    return merge_override(template, spec.inference.pod_template_override or {})
+
+
+def build_serving_deployment(
+    td_name: str,
+    namespace: str,
+    spec: TideDeploymentSpec,
+    placement: Placement,
+    operator_config: OperatorConfig,
+    *,
+    bootstrap_draft: str | None = None,
+) -> dict[str, Any]:
+    """The vLLM Deployment on the chosen inference class; raises ValueError when none was chosen."""
+    rendered = render_serving_config(td_name, namespace, spec, bootstrap_draft)
+    template = _pod_template(td_name, spec, placement, operator_config, rendered)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": names.serving_name(td_name),
+            "namespace": namespace,
+            "labels": labels.serving_labels(td_name),
+            # Hash of the template only: replicas belong to the scale subresource (an autoscaler).
+            "annotations": {SPEC_HASH_ANNOTATION: stable_hash(template)},
+        },
+        "spec": {
+            "replicas": spec.inference.replicas,
+            "selector": {"matchLabels": labels.selector_labels(td_name, labels.COMPONENT_INFERENCE)},
+            # GPU pools rarely have a spare node for a surge pod: replace one pod at a time.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "template": template,
+        },
+    }
+
+
+def build_service(td_name: str, namespace: str, spec: TideDeploymentSpec) -> dict[str, Any]:
+    """ClusterIP Service in front of the vLLM pods (OpenAI API and /metrics)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": names.serving_name(td_name),
+            "namespace": namespace,
+            "labels": labels.serving_labels(td_name),
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": labels.selector_labels(td_name, labels.COMPONENT_INFERENCE),
+            "ports": [{"name": PORT_NAME, "port": spec.inference.port, "targetPort": PORT_NAME, "protocol": "TCP"}],
+        },
+    }
+
+
+def build_serving_configmap(
+    td_name: str, namespace: str, spec: TideDeploymentSpec, bootstrap_draft: str | None = None
+) -> dict[str, Any]:
+    """The rendered serving config, for people and tools (the pods get the same through their args)."""
+    rendered = render_serving_config(td_name, namespace, spec, bootstrap_draft)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": names.serving_config_name(td_name),
+            "namespace": namespace,
+            "labels": labels.serving_labels(td_name),
+        },
+        "data": {SERVING_CONFIG_KEY: json.dumps(rendered, indent=2, sort_keys=True)},
+    }

@@ -1,0 +1,118 @@
+"""The trainer Job of one training run, on the training pool.
+
+The command line follows the trainer contract (docs/contracts/trainer-cli.md): ``python -m
+tide_trainer train --shards ... --registry ... --run-id ...`` (``torchrun`` with one process per
+GPU when a Job has several). The trainer uploads a candidate to ``candidates/<run id>/`` and exits
+with a code the control loop reads; the operator promotes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tide_operator.api.spec import TideDeploymentSpec
+from tide_operator.catalog import GpuClass
+from tide_operator.config import OperatorConfig
+from tide_operator.control.placement import Placement
+from tide_operator.manifests import labels, names, pod
+from tide_operator.manifests.merge import merge_override
+
+CONTAINER_NAME = "trainer"
+WORK_VOLUME = "work"
+
+
+def trainer_args(
+    td_name: str,
+    namespace: str,
+    spec: TideDeploymentSpec,
+    run_id: str,
+    config: OperatorConfig,
+    parent_draft: str | None,
+) -> list[str]:
+    """Flags of ``tide_trainer train``: where the shards are, what to start from, where to upload."""
+    storage = spec.storage.s3
+    args = [
+        "--shards",
+        pod.s3_uri(td_name, namespace, storage, "captures"),
+        "--target-revision",
+        spec.target.revision,
+        "--registry",
+        pod.s3_uri(td_name, namespace, storage),
+        "--run-id",
+        run_id,
+        "--speculative-tokens",
+        str(spec.draft.num_speculative_tokens),
+        "--work-dir",
+        config.trainer.work_dir,
+    ]
+    parent = parent_draft or spec.draft.initial
+    # Without any draft yet, the trainer starts a fresh one from the target's widths and embeddings.
+    return args + (["--parent-draft", parent] if parent else ["--target-model", spec.target.model])
+
+
+def _command(spec: TideDeploymentSpec, config: OperatorConfig) -> list[str]:
+    gpus = spec.training.gpus_per_job
+    if gpus == 1:
+        return list(config.trainer.command)
+    return [part.replace("{gpus}", str(gpus)) for part in config.trainer.distributed_command]
+
+
+def _container(
+    spec: TideDeploymentSpec, args: list[str], gpu_class: GpuClass, config: OperatorConfig
+) -> dict[str, Any]:
+    return {
+        "name": CONTAINER_NAME,
+        "image": spec.training.image or config.trainer.image,
+        "command": _command(spec, config),
+        "args": args,
+        "env": [pod.field_env("TIDE_POD_NAME", "metadata.name"), *pod.s3_env(spec.storage.s3)],
+        "resources": pod.gpu_resources(spec.training, gpu_class, spec.training.gpus_per_job),
+        "volumeMounts": [
+            {"name": pod.SHM_VOLUME, "mountPath": pod.SHM_MOUNT_PATH},
+            {"name": WORK_VOLUME, "mountPath": config.trainer.work_dir},
+        ],
+    }
+
+
+def build_trainer_job(
+    td_name: str,
+    namespace: str,
+    spec: TideDeploymentSpec,
+    placement: Placement,
+    *,
+    run_id: str,
+    operator_config: OperatorConfig,
+    parent_draft: str | None = None,
+) -> dict[str, Any]:
+    """A Job named ``<td>-train-<run id>`` (deterministic: a restart finds it instead of duplicating).
+
+    ``run_id`` must match the trainer's ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``. ``parent_draft`` is the
+    served draft to warm-start from (default: spec.draft.initial; none: a fresh draft).
+    backoffLimit 0: a failed run is a decision for the control loop (backoff, maxFailures), not a retry.
+    """
+    gpu_class = placement.training.gpu_class
+    if gpu_class is None:
+        raise ValueError(f"no training GPU class chosen: {placement.training.message}")
+    args = trainer_args(td_name, namespace, spec, run_id, operator_config, parent_draft)
+    template = {
+        "metadata": {"labels": {**labels.trainer_labels(td_name, run_id), labels.GPU_CLASS_LABEL: gpu_class.name}},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [_container(spec, args, gpu_class, operator_config)],
+            "volumes": [pod.shm_volume(operator_config.serving.shm_size), {"name": WORK_VOLUME, "emptyDir": {}}],
+            **pod.scheduling_fields(spec.training, gpu_class),
+        },
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": names.trainer_job_name(td_name, run_id),
+            "namespace": namespace,
+            "labels": labels.trainer_labels(td_name, run_id),
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "template": merge_override(template, spec.training.pod_template_override or {}),
+        },
+    }
