@@ -1,0 +1,374 @@
+"""The S3 draft registry of one TideDeployment (contract: docs/contracts/draft-registry.md, version 1).
+
+s3://<bucket>/<prefix>/
+  candidates/<run_id>/   the trainer's output: speculators files + manifest.json (written last)
+  drafts/vN/             promoted copies, verified; vN is assigned by the operator, never reused
+  promoted.json          the pointer to the served vN, replaced only by a conditional write
+  history/               one object per promotion, rollback or rejection (no read-modify-write)
+  captures/              the bounded rolling buffer of hidden-state shards
+
+Nothing under drafts/ is ever deleted or overwritten. A lost race on the pointer raises
+PointerConflict; the pointer is never half-written (S3 puts are atomic per object).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import IO, Any
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ConfigDict, Field
+
+CONTRACT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+POINTER_FILE = "promoted.json"
+CLAIM_FILE = ".claim"  # created with If-None-Match: * to reserve a vN before any file is copied
+CAPTURE_SAMPLES_METADATA = "samples"  # S3 user metadata on a capture object: requests it holds
+_VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
+
+
+class RegistryError(RuntimeError):
+    """The registry refused an operation or S3 failed; the message names the object."""
+
+
+class ChecksumMismatch(RegistryError):
+    pass
+
+
+class IncompatibleDraft(RegistryError):
+    """The draft is pinned to another target revision or tokenizer."""
+
+
+class PointerConflict(RegistryError):
+    """Someone else changed promoted.json (or took the version) between our read and our write."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FileEntry(_Frozen):
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: int = Field(ge=0)
+
+
+class Manifest(_Frozen):
+    """manifest.json of a candidate (written by the trainer) and of a promoted draft."""
+
+    manifest_version: int = 1
+    kind: str = Field(pattern=r"^(candidate|draft)$")
+    run_id: str
+    version: str | None = None  # vN, set by the operator on promotion
+    created_at: str
+    promoted_at: str | None = None
+    parent: str | None = None  # the vN it was fine-tuned from
+    target_revision: str
+    tokenizer_hash: str | None = None
+    training_window: tuple[str, str] | None = None  # first and last capture time it learnt from
+    draft: dict[str, Any] = Field(default_factory=dict)  # method, speculative_tokens, ...
+    samples: dict[str, int] = Field(default_factory=dict)  # train_requests, eval_tokens, ...
+    eval: dict[str, Any] = Field(default_factory=dict)  # the trainer's decision block
+    files: dict[str, FileEntry]
+
+    @property
+    def evaluation_acceptance_length(self) -> float | None:
+        value = self.eval.get("candidate_acceptance_length")
+        return float(value) if value is not None else None
+
+
+class PromotedPointer(_Frozen):
+    contract_version: int = CONTRACT_VERSION
+    version: str = Field(pattern=r"^v[1-9][0-9]*$")
+    run_id: str
+    target_revision: str
+    tokenizer_hash: str | None = None
+    updated_at: str
+
+
+class HistoryEntry(_Frozen):
+    action: str = Field(pattern=r"^(promote|rollback|reject)$")
+    at: str
+    version: str | None = None  # the version the pointer names afterwards
+    previous: str | None = None  # the version it named before
+    run_id: str | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class CaptureObject:
+    key: str
+    size: int
+    last_modified: float  # epoch seconds
+    samples: int
+
+
+@dataclass(frozen=True)
+class CaptureLimits:
+    """spec.control.capture: caps of the rolling buffer (seconds for retention)."""
+
+    max_samples: int = 4096
+    max_bytes: int = 2 * 1024**3
+    retention_s: float = 86400.0
+
+
+class DraftRegistry:
+    """All registry I/O over one boto3 S3 client (the only module here that talks to S3)."""
+
+    def __init__(
+        self, client: Any, bucket: str, prefix: str, *, sse: str | None = None, kms_key_id: str | None = None
+    ) -> None:
+        self.client, self.bucket, self.prefix = client, bucket, prefix.strip("/")
+        self._sse: dict[str, str] = {}
+        if sse:
+            self._sse["ServerSideEncryption"] = sse  # "AES256" or "aws:kms"
+        if kms_key_id:
+            self._sse["SSEKMSKeyId"] = kms_key_id
+
+    # -- keys ---------------------------------------------------------------------------------
+    def key(self, *parts: str) -> str:
+        return "/".join(p.strip("/") for p in (self.prefix, *parts) if p.strip("/"))
+
+    # -- reads --------------------------------------------------------------------------------
+    def candidate_manifest(self, run_id: str) -> Manifest:
+        return Manifest.model_validate_json(self._get(self.key("candidates", run_id, MANIFEST_FILE)))
+
+    def draft_manifest(self, version: str) -> Manifest:
+        return Manifest.model_validate_json(self._get(self.key("drafts", version, MANIFEST_FILE)))
+
+    def list_candidates(self) -> list[str]:
+        """Run ids with a manifest (a candidate without one is incomplete and ignored)."""
+        keys = self._list(self.key("candidates") + "/")
+        return sorted(k.split("/")[-2] for k in keys if k.endswith("/" + MANIFEST_FILE))
+
+    def list_versions(self) -> list[str]:
+        """Every vN ever claimed, in order (claimed but unfinished ones included: never reused)."""
+        names = {k[len(self.key("drafts")) + 1 :].split("/")[0] for k in self._list(self.key("drafts") + "/")}
+        numbers = sorted(int(m.group(1)) for n in names if (m := _VERSION_RE.match(n)))
+        return [f"v{n}" for n in numbers]
+
+    def promoted(self) -> tuple[PromotedPointer | None, str | None]:
+        """The pointer and its ETag (None, None when nothing was ever promoted)."""
+        try:
+            obj = self.client.get_object(Bucket=self.bucket, Key=self.key(POINTER_FILE))
+        except ClientError as e:
+            if _code(e) in ("NoSuchKey", "404", "NotFound"):
+                return None, None
+            raise RegistryError(f"reading {self.key(POINTER_FILE)}: {e}") from e
+        return PromotedPointer.model_validate_json(obj["Body"].read()), obj["ETag"]
+
+    def history(self) -> list[HistoryEntry]:
+        keys = sorted(self._list(self.key("history") + "/"))
+        return [HistoryEntry.model_validate_json(self._get(k)) for k in keys]
+
+    # -- promotion ------------------------------------------------------------------------------
+    def promote(
+        self,
+        run_id: str,
+        *,
+        target_revision: str,
+        tokenizer_hash: str | None,
+        now: datetime,
+        reason: str = "",
+    ) -> PromotedPointer:
+        """Verify candidate run_id, copy it to the next drafts/vN/ and flip the pointer to it."""
+        pointer, etag = self.promoted()
+        manifest = self.candidate_manifest(run_id)
+        _check_compatible(manifest, target_revision, tokenizer_hash, f"candidate {run_id}")
+        verified = {name: self._verified_copy(run_id, name, entry) for name, entry in manifest.files.items()}
+        version = self._claim_next_version()
+        for name, body in verified.items():
+            with body:
+                self._put_file(self.key("drafts", version, name), body)
+        stamp = _iso(now)
+        draft = manifest.model_copy(update={"kind": "draft", "version": version, "promoted_at": stamp})
+        self._put(
+            self.key("drafts", version, MANIFEST_FILE),
+            draft.model_dump_json(indent=2).encode(),
+            IfNoneMatch="*",
+        )
+        new = PromotedPointer(
+            version=version,
+            run_id=run_id,
+            target_revision=target_revision,
+            tokenizer_hash=tokenizer_hash,
+            updated_at=stamp,
+        )
+        self._replace_pointer(new, etag)
+        previous = pointer.version if pointer else None
+        self._record(
+            HistoryEntry(action="promote", at=stamp, version=version, previous=previous, run_id=run_id, reason=reason),
+            now,
+        )
+        return new
+
+    def roll_back(self, version: str, *, target_revision: str, now: datetime, reason: str) -> PromotedPointer:
+        """Point back at an earlier promoted version (a pointer flip: no file moves)."""
+        pointer, etag = self.promoted()
+        manifest = self.draft_manifest(version)
+        _check_compatible(manifest, target_revision, None, f"draft {version}")
+        new = PromotedPointer(
+            version=version,
+            run_id=manifest.run_id,
+            target_revision=target_revision,
+            tokenizer_hash=manifest.tokenizer_hash,
+            updated_at=_iso(now),
+        )
+        self._replace_pointer(new, etag)
+        self._record(
+            HistoryEntry(
+                action="rollback",
+                at=new.updated_at,
+                version=version,
+                previous=pointer.version if pointer else None,
+                reason=reason,
+            ),
+            now,
+        )
+        return new
+
+    def record_rejection(self, run_id: str, *, now: datetime, reason: str) -> None:
+        """A canary that did not promote: the pointer stays, the history says why."""
+        pointer, _ = self.promoted()
+        version = pointer.version if pointer else None
+        self._record(
+            HistoryEntry(
+                action="reject", at=_iso(now), version=version, previous=version, run_id=run_id, reason=reason
+            ),
+            now,
+        )
+
+    def _verified_copy(self, run_id: str, name: str, entry: FileEntry) -> IO[bytes]:
+        """Stream the candidate file to a spooled temp file, hashing it; refuse on any mismatch."""
+        key = self.key("candidates", run_id, name)
+        body: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # noqa: SIM115 (returned)
+        digest, size = hashlib.sha256(), 0
+        try:
+            stream = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+        except ClientError as e:
+            raise RegistryError(f"reading {key}: {e}") from e
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+            body.write(block)
+        if digest.hexdigest() != entry.sha256 or size != entry.bytes:
+            raise ChecksumMismatch(
+                f"{key}: sha256 {digest.hexdigest()} ({size} bytes) does not match the "
+                f"manifest's {entry.sha256} ({entry.bytes} bytes); not promoting"
+            )
+        body.seek(0)
+        return body
+
+    def _claim_next_version(self) -> str:
+        existing = self.list_versions()
+        version = f"v{int(existing[-1][1:]) + 1}" if existing else "v1"
+        try:
+            self._put(self.key("drafts", version, CLAIM_FILE), b"", IfNoneMatch="*")
+        except PointerConflict as e:
+            raise PointerConflict(f"{version} was claimed by another promotion; retry") from e
+        return version
+
+    def _replace_pointer(self, pointer: PromotedPointer, etag: str | None) -> None:
+        condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+        self._put(self.key(POINTER_FILE), pointer.model_dump_json(indent=2).encode(), **condition)
+
+    def _record(self, entry: HistoryEntry, now: datetime) -> None:
+        """history/<seq>-<time>-<action>.json, created only if absent: order is the sequence number."""
+        for _ in range(5):  # a concurrent writer took our sequence number: count again
+            seq = len(self._list(self.key("history") + "/")) + 1
+            name = f"{seq:08d}-{now.strftime('%Y%m%dT%H%M%SZ')}-{entry.action}.json"
+            try:
+                self._put(self.key("history", name), entry.model_dump_json().encode(), IfNoneMatch="*")
+            except PointerConflict:
+                continue
+            return
+        raise RegistryError("could not append to history/ after 5 attempts")
+
+    # -- captures -------------------------------------------------------------------------------
+    def put_capture(self, name: str, data: bytes, samples: int) -> str:
+        key = self.key("captures", name)
+        self._put(key, data, Metadata={CAPTURE_SAMPLES_METADATA: str(samples)})
+        return key
+
+    def list_captures(self) -> list[CaptureObject]:
+        """Oldest first. Objects without the samples metadata count as one sample."""
+        out = []
+        for obj in self._list_objects(self.key("captures") + "/"):
+            head = self.client.head_object(Bucket=self.bucket, Key=obj["Key"])
+            samples = int(head.get("Metadata", {}).get(CAPTURE_SAMPLES_METADATA, "1"))
+            out.append(CaptureObject(obj["Key"], obj["Size"], obj["LastModified"].timestamp(), samples))
+        return sorted(out, key=lambda c: (c.last_modified, c.key))
+
+    def prune_captures(self, limits: CaptureLimits, now: datetime) -> list[str]:
+        """Delete the oldest captures beyond retention or the caps; returns the deleted keys."""
+        doomed = captures_to_prune(self.list_captures(), limits, now.timestamp())
+        for key in doomed:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        return doomed
+
+    # -- S3 primitives --------------------------------------------------------------------------
+    def _put(self, key: str, body: bytes, **extra: Any) -> None:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, **self._sse, **extra)
+        except ClientError as e:
+            if _code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                raise PointerConflict(f"{key} changed concurrently (conditional write lost): {e}") from e
+            raise RegistryError(f"writing {key}: {e}") from e
+
+    def _put_file(self, key: str, body: IO[bytes]) -> None:
+        try:
+            self.client.upload_fileobj(body, self.bucket, key, ExtraArgs=dict(self._sse) or None)
+        except ClientError as e:
+            raise RegistryError(f"writing {key}: {e}") from e
+
+    def _get(self, key: str) -> bytes:
+        try:
+            return bytes(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        except ClientError as e:
+            raise RegistryError(f"reading {key}: {e}") from e
+
+    def _list_objects(self, prefix: str) -> list[Mapping[str, Any]]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        return [obj for page in pages for obj in page.get("Contents", [])]
+
+    def _list(self, prefix: str) -> list[str]:
+        return [obj["Key"] for obj in self._list_objects(prefix)]
+
+
+def captures_to_prune(captures: list[CaptureObject], limits: CaptureLimits, now: float) -> list[str]:
+    """Oldest first: drop what is past retention, then whatever keeps the buffer above a cap."""
+    ordered = sorted(captures, key=lambda c: (c.last_modified, c.key))
+    samples, size = sum(c.samples for c in ordered), sum(c.size for c in ordered)
+    doomed = []
+    for c in ordered:
+        expired = now - c.last_modified > limits.retention_s
+        if not (expired or samples > limits.max_samples or size > limits.max_bytes):
+            break
+        doomed.append(c.key)
+        samples, size = samples - c.samples, size - c.size
+    return doomed
+
+
+def _check_compatible(manifest: Manifest, target_revision: str, tokenizer_hash: str | None, what: str) -> None:
+    if manifest.target_revision != target_revision:
+        raise IncompatibleDraft(f"{what}: target_revision {manifest.target_revision!r} != {target_revision!r}")
+    if tokenizer_hash is not None and manifest.tokenizer_hash != tokenizer_hash:
+        raise IncompatibleDraft(f"{what}: tokenizer_hash {manifest.tokenizer_hash!r} != {tokenizer_hash!r}")
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _iso(now: datetime) -> str:
+    return now.astimezone(UTC).isoformat()
+
+
+def manifest_json(manifest: Manifest) -> str:
+    """Serialise a manifest exactly as the registry stores it."""
+    return json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n"

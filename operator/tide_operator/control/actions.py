@@ -1,0 +1,96 @@
+"""Typed actions the policy asks the operator to carry out; each says why (reason) and with what numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SetSpeculation:
+    """Turn speculation on or off; tokens_per_batch_size is vLLM's [[start_bs, end_bs, K], ...] table."""
+
+    enabled: bool
+    num_speculative_tokens: int
+    tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class SetCapture:
+    enabled: bool
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class LaunchTraining:
+    """Start trainer Job `run_id` (deterministic, so a restart adopts the Job instead of repeating it)."""
+
+    run_id: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class CancelTraining:
+    run_id: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class StartCanary:
+    candidate: str  # a run_id under candidates/
+    replicas: int
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Promote:
+    """Promote the candidate to every pod; the registry assigns the next vN."""
+
+    candidate: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RollBack:
+    """Swap canary pods back to the promoted draft; the pointer is left unchanged."""
+
+    candidate: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ServeDraft:
+    """Serve this promoted version everywhere (draft pin); None = no draft (speculation off)."""
+
+    version: str | None
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class InvalidateArtifacts:
+    """The target changed: captures and candidates for other revisions are useless, drop them."""
+
+    target_revision: str
+    reason: str
+    message: str
+
+
+Action = (
+    SetSpeculation
+    | SetCapture
+    | LaunchTraining
+    | CancelTraining
+    | StartCanary
+    | Promote
+    | RollBack
+    | ServeDraft
+    | InvalidateArtifacts
+)

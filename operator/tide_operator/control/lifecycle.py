@@ -1,0 +1,405 @@
+"""The draft lifecycle: Serving -> Collecting -> Training -> Evaluating -> Canary -> Promoted|RolledBack.
+
+One pure step per reconcile pass: (state, inputs, params, now) -> (actions, new state, why).
+Guards: one training run at a time; exponential backoff after a failed run and a give-up after
+maxFailures (until the next shift); a minimum interval between promotions; collection stops when
+a trained draft no longer beats the served one (TIDE Algorithm 1) and restarts at the next shift.
+The state is plain data, stored in status (control/restart.py), so a restarted operator resumes
+where it stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from tide_operator.control import actions as act
+from tide_operator.control.canary import (
+    AnalysisPhase,
+    CanaryAnalysis,
+    CanaryParams,
+    PodGroupMetrics,
+    analysis_phase,
+    measure,
+    record,
+)
+
+
+class Phase(StrEnum):
+    SERVING = "Serving"
+    COLLECTING = "Collecting"
+    TRAINING = "Training"
+    EVALUATING = "Evaluating"
+    CANARY = "Canary"
+    PROMOTED = "Promoted"
+    ROLLED_BACK = "RolledBack"
+
+
+class TrainingStatus(StrEnum):
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    MISSING = "Missing"  # the Job is gone without an outcome: counts as a failure
+
+
+@dataclass(frozen=True)
+class CaptureParams:
+    """spec.control.capture; only `enabled` matters here, the rest bounds the S3 buffer."""
+
+    enabled: bool = True
+    sampling_percent: float = 100.0
+    max_buffer_samples: int = 4096
+    max_buffer_bytes: int = 2 * 1024**3
+    retention_s: float = 86400.0
+
+
+@dataclass(frozen=True)
+class TrainingParams:
+    """spec.control.training (backoff in seconds)."""
+
+    sample_threshold: int = 2048
+    backoff_s: float = 600.0
+    max_failures: int = 3  # consecutive failed runs before waiting for the next shift (0 acts as 1)
+
+    def __post_init__(self) -> None:
+        if self.sample_threshold < 1:
+            raise ValueError("training.sampleThreshold must be >= 1")
+        if self.max_failures < 0:
+            raise ValueError("training.maxFailures must be >= 0")
+
+
+@dataclass(frozen=True)
+class TrainingObservation:
+    """The trainer Job's outcome and, when it succeeded, its evaluation report."""
+
+    run_id: str
+    status: TrainingStatus
+    candidate_acceptance_length: float | None = None  # held-out eval of the new draft
+    served_acceptance_length: float | None = None  # the served draft on the same eval data
+
+
+@dataclass(frozen=True)
+class LifecycleInput:
+    shift: bool  # the drift detector signals a shift now
+    buffer_samples: int  # captured since the last training launch
+    served_acceptance_length: float | None  # of the promoted draft (1.0 when none; None = unknown)
+    target_revision: str
+    training: TrainingObservation | None = None
+    canary: PodGroupMetrics | None = None
+    control: PodGroupMetrics | None = None
+    draft_pin: str | None = None
+    abort_canary: bool = False
+    shift_started: bool = False  # the shift signal rose in this pass
+
+
+@dataclass(frozen=True)
+class LifecycleState:
+    phase: Phase = Phase.COLLECTING  # TIDE: collection starts enabled
+    phase_since: float | None = None
+    capture_enabled: bool = False
+    target_revision: str | None = None
+    run_counter: int = 0
+    active_run: str | None = None
+    candidate: str | None = None
+    candidate_acceptance_length: float | None = None
+    buffer_baseline: int = 0  # buffer_samples when collection (re)started: older samples are stale
+    rollbacks: int = 0  # consecutive canary rollbacks
+    training_failures: int = 0
+    last_failure_at: float | None = None
+    last_promotion_at: float | None = None
+    promoted_acceptance_length: float | None = None  # canary's live mean at the last promotion
+    canary: CanaryAnalysis | None = None
+
+
+@dataclass(frozen=True)
+class LifecycleParams:
+    capture: CaptureParams = field(default_factory=CaptureParams)
+    training: TrainingParams = field(default_factory=TrainingParams)
+    canary: CanaryParams = field(default_factory=CanaryParams)
+
+
+@dataclass(frozen=True)
+class Step:
+    actions: tuple[act.Action, ...]
+    state: LifecycleState
+    reason: str
+    message: str
+
+
+# A rolled-back canary may have lost to noise: collect once more, then wait for the next shift.
+MAX_CONSECUTIVE_ROLLBACKS = 2
+
+
+def run_id_for(counter: int) -> str:
+    """Run ids are deterministic ("r7"): the trainer Job name derives from them."""
+    return f"r{counter}"
+
+
+def step_lifecycle(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    if state.target_revision is None:
+        state = replace(state, target_revision=inputs.target_revision, phase_since=now)
+    elif state.target_revision != inputs.target_revision:
+        return _target_changed(state, inputs, params, now)
+    if inputs.draft_pin is not None:
+        return _pinned(state, inputs, now)
+    if state.phase is Phase.CANARY and inputs.abort_canary:
+        return _roll_back(state, now, "CanaryAborted", "control.abortCanary is set")
+    if inputs.shift_started and state.phase in _STALE_ON_SHIFT:
+        return _recollect(state, inputs, now)
+    handler = _HANDLERS[state.phase]
+    return handler(state, inputs, params, now)
+
+
+# Work in these phases is built on samples from before a shift: start over on fresh ones.
+_STALE_ON_SHIFT = (Phase.COLLECTING, Phase.TRAINING, Phase.EVALUATING)
+
+
+def _recollect(state: LifecycleState, inputs: LifecycleInput, now: float) -> Step:
+    message = f"workload shift in {state.phase.value}: older samples and candidates are stale"
+    actions: list[act.Action] = []
+    if state.active_run is not None:
+        actions.append(act.CancelTraining(state.active_run, "WorkloadShift", message))
+    fresh = replace(
+        state,
+        active_run=None,
+        candidate=None,
+        candidate_acceptance_length=None,
+        buffer_baseline=inputs.buffer_samples,
+        rollbacks=0,
+    )
+    step = _to(fresh, Phase.COLLECTING, now, "WorkloadShift", message, capture=True)
+    return Step((*actions, *step.actions), step.state, step.reason, step.message)
+
+
+def _serving(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    # The rising edge only: a shift signal that outlasts a rejected candidate must not restart
+    # collection (TIDE: collection stays off until the *next* shift).
+    if inputs.shift_started and params.capture.enabled:
+        state = replace(
+            state,
+            training_failures=0,
+            last_failure_at=None,
+            rollbacks=0,
+            buffer_baseline=inputs.buffer_samples,
+        )
+        return _to(state, Phase.COLLECTING, now, "WorkloadShift", "acceptance fell: collecting", capture=True)
+    return _stay(state, "Serving", "serving the promoted draft", capture=False)
+
+
+def _collecting(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    if not params.capture.enabled:
+        return _to(
+            state,
+            Phase.SERVING,
+            now,
+            "CaptureDisabled",
+            "spec.control.capture.enabled is false",
+            capture=False,
+        )
+    threshold = params.training.sample_threshold
+    fresh = max(0, inputs.buffer_samples - state.buffer_baseline)
+    if fresh < threshold:
+        return _stay(state, "Collecting", f"buffer {fresh}/{threshold} new samples", capture=True)
+    wait = _backoff_left(state, params.training, now)
+    if wait > 0:
+        return _stay(
+            state,
+            "TrainingBackoff",
+            f"{wait:.0f}s of backoff after {state.training_failures} failures",
+            capture=True,
+        )
+    run_id = run_id_for(state.run_counter + 1)
+    message = f"buffer {fresh} >= {threshold} new samples: training {run_id}"
+    launched = replace(state, run_counter=state.run_counter + 1, active_run=run_id, buffer_baseline=0)
+    step = _to(launched, Phase.TRAINING, now, "SampleThresholdReached", message, capture=True)
+    return _with(step, act.LaunchTraining(run_id, step.reason, message))
+
+
+def _training(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    seen = inputs.training
+    if seen is None or seen.run_id != state.active_run or seen.status is TrainingStatus.RUNNING:
+        return _stay(state, "TrainingRunning", f"waiting for run {state.active_run}", capture=True)
+    if seen.status is TrainingStatus.SUCCEEDED and seen.candidate_acceptance_length is not None:
+        done = replace(
+            state,
+            active_run=None,
+            candidate=seen.run_id,
+            candidate_acceptance_length=seen.candidate_acceptance_length,
+            training_failures=0,
+            last_failure_at=None,
+        )
+        message = f"run {seen.run_id}: eval acceptance_length={seen.candidate_acceptance_length:.3f}"
+        return _to(done, Phase.EVALUATING, now, "TrainingSucceeded", message, capture=True)
+    failures = state.training_failures + 1
+    failed = replace(state, active_run=None, training_failures=failures, last_failure_at=now)
+    outcome = "succeeded without an evaluation report" if seen.status is TrainingStatus.SUCCEEDED else seen.status.value
+    message = f"run {seen.run_id} {outcome} ({failures}/{params.training.max_failures})"
+    if failures >= params.training.max_failures:
+        return _to(
+            failed,
+            Phase.SERVING,
+            now,
+            "TrainingGaveUp",
+            message + ": waiting for the next shift",
+            capture=False,
+        )
+    return _to(failed, Phase.COLLECTING, now, "TrainingFailed", message, capture=True)
+
+
+def _evaluating(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    assert state.candidate is not None
+    assert state.candidate_acceptance_length is not None
+    report = inputs.training if inputs.training and inputs.training.run_id == state.candidate else None
+    # The report's baseline (served draft on the same held-out data) beats a live number; with no
+    # served draft the baseline is 1.0, what decoding without speculation yields per step.
+    baseline = 1.0
+    if report is not None and report.served_acceptance_length is not None:
+        baseline = report.served_acceptance_length
+    elif inputs.served_acceptance_length is not None:
+        baseline = inputs.served_acceptance_length
+    numbers = (
+        f"candidate {state.candidate} acceptance_length={state.candidate_acceptance_length:.3f}"
+        f" vs served {baseline:.3f}"
+    )
+    if state.candidate_acceptance_length <= baseline:
+        rejected = replace(state, candidate=None, candidate_acceptance_length=None)
+        return _to(rejected, Phase.SERVING, now, "CandidateNotBetter", numbers + ": collection stops", capture=False)
+    if state.last_promotion_at is not None:
+        wait = state.last_promotion_at + params.canary.min_promotion_interval_s - now
+        if wait > 0:
+            return _stay(state, "PromotionIntervalNotElapsed", f"{numbers}; {wait:.0f}s to wait", capture=True)
+    started = replace(state, canary=CanaryAnalysis(started_at=now))
+    step = _to(started, Phase.CANARY, now, "CandidateBetter", numbers + ": canary", capture=True)
+    return _with(step, act.StartCanary(state.candidate, params.canary.replicas, step.reason, step.message))
+
+
+def _canary(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    assert state.canary is not None
+    assert state.candidate is not None
+    candidate, analysis = state.candidate, state.canary
+    if analysis.due(params.canary, now):
+        control = inputs.control or PodGroupMetrics(None, None)
+        if control.acceptance_length is None:
+            # Control pods not speculating: compare with the served draft's remembered length.
+            control = PodGroupMetrics(inputs.served_acceptance_length, control.generation_throughput)
+        canary = inputs.canary or PodGroupMetrics(None, None)
+        analysis = record(analysis, measure(canary, control, params.canary), canary, now)
+    state = replace(state, canary=analysis)
+    counts = f"successful={analysis.successful} failed={analysis.failed} inconclusive={analysis.inconclusive}"
+    verdict = analysis_phase(analysis, params.canary, now)
+    if verdict is AnalysisPhase.RUNNING:
+        return _stay(state, "CanaryRunning", counts, capture=True)
+    if verdict is not AnalysisPhase.SUCCESSFUL:
+        return _roll_back(state, now, f"Canary{verdict.value}", counts)
+    promoted = replace(
+        state,
+        last_promotion_at=now,
+        promoted_acceptance_length=analysis.mean_canary_length,
+        candidate=None,
+        candidate_acceptance_length=None,
+        canary=None,
+        rollbacks=0,
+    )
+    step = _to(promoted, Phase.PROMOTED, now, "CanarySuccessful", counts, capture=True)
+    return _with(step, act.Promote(candidate, step.reason, counts))
+
+
+def _promoted(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    # TIDE keeps collecting after a deploy: gains continue until a new draft stops beating the old.
+    return _to(
+        state,
+        Phase.COLLECTING,
+        now,
+        "Collecting",
+        "promoted; collecting for the next round",
+        capture=params.capture.enabled,
+    )
+
+
+def _rolled_back(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    if state.rollbacks < MAX_CONSECUTIVE_ROLLBACKS and params.capture.enabled:
+        return _to(
+            state,
+            Phase.COLLECTING,
+            now,
+            "Collecting",
+            "rolled back; collecting for another candidate",
+            capture=True,
+        )
+    return _to(
+        state,
+        Phase.SERVING,
+        now,
+        "Serving",
+        f"{state.rollbacks} rollbacks in a row; collection stops until the next shift",
+        capture=False,
+    )
+
+
+def _roll_back(state: LifecycleState, now: float, reason: str, message: str) -> Step:
+    candidate = state.candidate or ""
+    back = replace(state, candidate=None, candidate_acceptance_length=None, canary=None, rollbacks=state.rollbacks + 1)
+    step = _to(back, Phase.ROLLED_BACK, now, reason, message, capture=state.capture_enabled)
+    return _with(step, act.RollBack(candidate, reason, message))
+
+
+def _pinned(state: LifecycleState, inputs: LifecycleInput, now: float) -> Step:
+    actions: list[act.Action] = []
+    if state.phase is Phase.CANARY:
+        actions.append(act.RollBack(state.candidate or "", "DraftPinned", "spec.draftPin is set"))
+    if state.active_run is not None:
+        actions.append(act.CancelTraining(state.active_run, "DraftPinned", "spec.draftPin is set"))
+    cleared = replace(state, active_run=None, candidate=None, candidate_acceptance_length=None, canary=None)
+    step = _to(cleared, Phase.SERVING, now, "DraftPinned", f"serving pinned draft {inputs.draft_pin}", capture=False)
+    return Step((*actions, *step.actions), step.state, step.reason, step.message)
+
+
+def _target_changed(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    message = f"target revision {state.target_revision} -> {inputs.target_revision}: drafts invalid, retraining"
+    actions: list[act.Action] = [act.ServeDraft(None, "TargetChanged", message)]
+    if state.active_run is not None:
+        actions.append(act.CancelTraining(state.active_run, "TargetChanged", message))
+    actions.append(act.InvalidateArtifacts(inputs.target_revision, "TargetChanged", message))
+    fresh = LifecycleState(
+        target_revision=inputs.target_revision,
+        run_counter=state.run_counter,
+        capture_enabled=state.capture_enabled,
+    )
+    phase = Phase.COLLECTING if params.capture.enabled else Phase.SERVING
+    step = _to(fresh, phase, now, "TargetChanged", message, capture=params.capture.enabled)
+    return Step((*actions, *step.actions), step.state, step.reason, step.message)
+
+
+def _backoff_left(state: LifecycleState, training: TrainingParams, now: float) -> float:
+    if state.training_failures == 0 or state.last_failure_at is None:
+        return 0.0
+    backoff = training.backoff_s * float(2 ** (state.training_failures - 1))
+    return max(0.0, state.last_failure_at + backoff - now)
+
+
+def _to(state: LifecycleState, phase: Phase, now: float, reason: str, message: str, *, capture: bool) -> Step:
+    moved = replace(state, phase=phase, phase_since=now if phase is not state.phase else state.phase_since)
+    return _stay(moved, reason, message, capture=capture)
+
+
+def _stay(state: LifecycleState, reason: str, message: str, *, capture: bool) -> Step:
+    """Keep the phase; emit SetCapture only when the capture setting actually changes."""
+    if state.capture_enabled == capture:
+        return Step((), state, reason, message)
+    changed = replace(state, capture_enabled=capture)
+    return Step((act.SetCapture(capture, reason, message),), changed, reason, message)
+
+
+def _with(step: Step, action: act.Action) -> Step:
+    return Step((*step.actions, action), step.state, step.reason, step.message)
+
+
+_HANDLERS = {
+    Phase.SERVING: _serving,
+    Phase.COLLECTING: _collecting,
+    Phase.TRAINING: _training,
+    Phase.EVALUATING: _evaluating,
+    Phase.CANARY: _canary,
+    Phase.PROMOTED: _promoted,
+    Phase.ROLLED_BACK: _rolled_back,
+}

@@ -1,0 +1,287 @@
+"""The control policy: one pure function from observations to actions (docs/policy.md).
+
+    actions, state = decide(observation, state, params, now)
+
+It chains the drift detector (shift?), the draft lifecycle (collect, train, canary, promote or
+roll back) and the speculation decision (on/off and g per batch-size band). The state is plain
+data (to_dict/from_dict) that the operator keeps in status, so scenarios, benchmarks and the
+operator all drive exactly the same logic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from tide_operator.control import actions as act
+from tide_operator.control.canary import CanaryParams, PodGroupMetrics
+from tide_operator.control.cost_model import (
+    DEFAULT_PROFILE,
+    CostProfile,
+    acceptance_rate_from_length,
+    expected_acceptance_length,
+    tokens_for_batch_size,
+    tokens_per_batch_size_table,
+)
+from tide_operator.control.drift import DriftParams, DriftState, shift_detected, update_drift
+from tide_operator.control.lifecycle import (
+    CaptureParams,
+    LifecycleInput,
+    LifecycleParams,
+    LifecycleState,
+    TrainingObservation,
+    TrainingParams,
+    step_lifecycle,
+)
+from tide_operator.control.restart import lifecycle_from_dict, lifecycle_to_dict
+from tide_operator.control.speculation import (
+    Decision,
+    DecisionParams,
+    SpeculationAction,
+    SpeculationInput,
+    SpeculationMode,
+    SpeculationState,
+    decide_speculation,
+)
+
+Table = tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One reconcile pass's view of the world (Prometheus rates over its window, S3, Jobs)."""
+
+    acceptance_rate: float | None = None  # vLLM's accepted / drafted tokens
+    acceptance_length: float | None = None  # mean tokens per verify step, bonus included
+    per_position_acceptance: tuple[float, ...] = ()
+    batch_size: float | None = None  # vllm:num_requests_running per engine
+    generation_throughput: float | None = None  # tokens/s
+    acceptance_samples: int = 0  # drafted tokens behind the acceptance numbers (0 = no data)
+    by_version: Mapping[str, PodGroupMetrics] = field(default_factory=dict)
+    buffer_samples: int = 0  # captured since the last training launch
+    promoted_version: str | None = None  # the S3 pointer, None if none for this target revision
+    training: TrainingObservation | None = None
+    canary: PodGroupMetrics | None = None
+    control: PodGroupMetrics | None = None
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """spec.control, seconds as numbers; field names follow the spec's knobs."""
+
+    target_revision: str
+    speculation: SpeculationMode = SpeculationMode.ADAPTIVE
+    paused: bool = False
+    draft_pin: str | None = None
+    abort_canary: bool = False
+    adaptive_speculative_tokens: bool = True
+    num_speculative_tokens: int = 3
+    max_batch_size: int = 256  # the engine's max_num_seqs: the last band of the table
+    decision: DecisionParams = field(default_factory=DecisionParams)
+    drift: DriftParams = field(default_factory=DriftParams)
+    capture: CaptureParams = field(default_factory=CaptureParams)
+    training: TrainingParams = field(default_factory=TrainingParams)
+    canary: CanaryParams = field(default_factory=CanaryParams)
+    profile: CostProfile = DEFAULT_PROFILE
+
+    def __post_init__(self) -> None:
+        if self.num_speculative_tokens < 1:
+            raise ValueError("numSpeculativeTokens must be >= 1")
+        if self.max_batch_size < 1:
+            raise ValueError("maxBatchSize must be >= 1")
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    speculation: SpeculationState = field(default_factory=SpeculationState)
+    drift: DriftState = field(default_factory=DriftState)
+    lifecycle: LifecycleState = field(default_factory=LifecycleState)
+    acceptance_estimate: float | None = None  # per-token a of the served draft, last known
+    table: Table | None = None  # the applied tokens-per-batch-size table
+    table_acceptance: float | None = None  # the a the table was computed for
+    shift_active: bool = False  # the drift detector's signal at the last pass (to see it rise)
+    speculation_reason: str = ""
+    speculation_message: str = ""
+    lifecycle_reason: str = ""
+    lifecycle_message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["lifecycle"] = lifecycle_to_dict(self.lifecycle)
+        data["table"] = [list(band) for band in self.table] if self.table is not None else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PolicyState:
+        fields = dict(data)
+        fields["speculation"] = SpeculationState(**fields.get("speculation", {}))
+        fields["drift"] = DriftState(**fields.get("drift", {}))
+        fields["lifecycle"] = lifecycle_from_dict(fields.get("lifecycle", {}))
+        table = fields.get("table")
+        fields["table"] = tuple(tuple(band) for band in table) if table is not None else None
+        return cls(**fields)
+
+
+def decide(
+    observation: Observation, state: PolicyState, params: PolicyParams, now: float
+) -> tuple[list[act.Action], PolicyState]:
+    if params.paused:
+        return [], replace(state, speculation_reason="Paused", lifecycle_reason="Paused")
+    observed_a = _observed_acceptance(observation, state, params)
+    drift = update_drift(state.drift, observed_a, observation.acceptance_samples, now, params.drift)
+    estimate = observed_a if observed_a is not None else state.acceptance_estimate
+    shift = shift_detected(drift, params.drift)
+    lifecycle_input = _lifecycle_input(observation, estimate, params, shift, shift and not state.shift_active)
+    step = step_lifecycle(state.lifecycle, lifecycle_input, _lc(params), now)
+    actions: list[act.Action] = list(step.actions)
+    if params.draft_pin is not None and observation.promoted_version != params.draft_pin:
+        message = f"spec.draftPin={params.draft_pin}, serving {observation.promoted_version}"
+        actions.append(act.ServeDraft(params.draft_pin, "DraftPinned", message))
+    draft = _served_draft(actions, observation, state, params, step.state, now, estimate, drift)
+    has_draft, estimate, drift, speculation_state = draft
+    speculation = decide_speculation(
+        SpeculationInput(
+            estimate, observation.batch_size, params.num_speculative_tokens,
+            params.adaptive_speculative_tokens, has_draft,
+        ),
+        speculation_state, params.speculation, params.decision, now, profile=params.profile,
+    )  # fmt: skip
+    new_state = replace(
+        state,
+        drift=drift,
+        shift_active=shift_detected(drift, params.drift),
+        lifecycle=step.state,
+        speculation=speculation.state,
+        acceptance_estimate=estimate,
+        speculation_reason=speculation.reason,
+        speculation_message=speculation.message,
+        lifecycle_reason=step.reason,
+        lifecycle_message=step.message,
+    )
+    set_speculation, new_state = _speculation_action(speculation, new_state, params)
+    if set_speculation is not None:
+        actions.insert(0, set_speculation)
+    return actions, new_state
+
+
+def _served_draft(
+    actions: list[act.Action],
+    observation: Observation,
+    state: PolicyState,
+    params: PolicyParams,
+    lifecycle: LifecycleState,
+    now: float,
+    estimate: float | None,
+    drift: DriftState,
+) -> tuple[bool, float | None, DriftState, SpeculationState]:
+    """Whether a draft is served, its acceptance and detector state after this pass's actions."""
+    has_draft = observation.promoted_version is not None or params.draft_pin is not None
+    speculation_state = state.speculation
+    if any(isinstance(a, act.Promote) for a in actions):
+        has_draft = True
+        if lifecycle.promoted_acceptance_length is not None:
+            g = _canary_tokens(observation, state, params)
+            estimate = acceptance_rate_from_length(lifecycle.promoted_acceptance_length, g)
+        drift = _restart_drift(estimate, now, params)
+        # The canary window already watched this draft live: no second stabilization wait.
+        speculation_state = replace(speculation_state, pending_since=now - params.decision.min_dwell_s)
+    if any(isinstance(a, act.ServeDraft) and a.version is None for a in actions):
+        drift, has_draft, estimate = DriftState(), False, None
+    return has_draft, estimate, drift, speculation_state
+
+
+def _observed_acceptance(observation: Observation, state: PolicyState, params: PolicyParams) -> float | None:
+    """Per-token a of the served draft from this observation, or None when there is no data.
+
+    Position 0's acceptance is a itself whatever g the engine used; the mean length mixes the g
+    of every batch-size band, so it is only the fallback.
+    """
+    if not state.speculation.enabled or observation.acceptance_samples <= 0:
+        return None
+    first = observation.per_position_acceptance[0] if observation.per_position_acceptance else None
+    if first is not None and not math.isnan(first):
+        return min(max(first, 0.0), 1.0)
+    length = observation.acceptance_length
+    if length is not None and not math.isnan(length):
+        g = params.num_speculative_tokens
+        if state.table is not None and observation.batch_size is not None:
+            g = tokens_for_batch_size(state.table, observation.batch_size) or g
+        return acceptance_rate_from_length(length, g)
+    rate = observation.acceptance_rate
+    return None if rate is None or math.isnan(rate) else min(max(rate, 0.0), 1.0)
+
+
+def _lifecycle_input(
+    observation: Observation, estimate: float | None, params: PolicyParams, shift: bool, shift_started: bool
+) -> LifecycleInput:
+    served_length: float | None = 1.0  # no draft: decoding yields one token per step
+    if observation.promoted_version is not None:
+        served_length = (
+            None if estimate is None else expected_acceptance_length(estimate, params.num_speculative_tokens)
+        )
+    return LifecycleInput(
+        shift=shift,
+        shift_started=shift_started,
+        buffer_samples=observation.buffer_samples,
+        served_acceptance_length=served_length,
+        target_revision=params.target_revision,
+        training=observation.training,
+        canary=observation.canary,
+        control=observation.control,
+        draft_pin=params.draft_pin,
+        abort_canary=params.abort_canary,
+    )
+
+
+def _speculation_action(
+    decision: Decision, state: PolicyState, params: PolicyParams
+) -> tuple[act.SetSpeculation | None, PolicyState]:
+    """SetSpeculation on a switch, or when the served acceptance moved enough to change the table."""
+    switched = decision.action is not SpeculationAction.HOLD
+    if not decision.state.enabled:
+        if not switched:
+            return None, state
+        off = replace(state, table=None, table_acceptance=None)
+        return act.SetSpeculation(False, 0, None, decision.reason, decision.message), off
+    a = state.acceptance_estimate
+    table = state.table
+    if params.adaptive_speculative_tokens and a is not None:
+        moved = state.table_acceptance is None or abs(a - state.table_acceptance) > (
+            params.decision.hysteresis_percent / 100
+        )
+        if moved:
+            rows = tokens_per_batch_size_table(
+                a, params.num_speculative_tokens, params.max_batch_size, params.profile,
+                params.decision.off_threshold,
+            )  # fmt: skip
+            table = tuple((start, end, k) for start, end, k in rows)
+            state = replace(state, table_acceptance=a)
+    if not switched and table == state.table:
+        return None, state
+    state = replace(state, table=table)
+    reason = decision.reason if switched else "SpeculativeTokensRetuned"
+    return act.SetSpeculation(True, params.num_speculative_tokens, table, reason, decision.message), state
+
+
+def _restart_drift(estimate: float | None, now: float, params: PolicyParams) -> DriftState:
+    """A new draft has a new acceptance: both EMAs start at its live (canary) value.
+
+    Starting from the canary's number rather than warming up again means a workload shift that
+    lands right after a promotion is still seen as a drop.
+    """
+    if estimate is None:
+        return DriftState()
+    return DriftState(short_ema=estimate, long_ema=estimate, updated_at=now, warmup_samples=params.drift.min_samples)
+
+
+def _canary_tokens(observation: Observation, state: PolicyState, params: PolicyParams) -> int:
+    """The g the canary pods ran with: the fleet's table at the observed batch, else the full g."""
+    if state.speculation.enabled and state.table is not None and observation.batch_size is not None:
+        return tokens_for_batch_size(state.table, observation.batch_size) or params.num_speculative_tokens
+    return params.num_speculative_tokens
+
+
+def _lc(params: PolicyParams) -> LifecycleParams:
+    return LifecycleParams(capture=params.capture, training=params.training, canary=params.canary)

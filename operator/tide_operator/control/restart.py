@@ -1,0 +1,44 @@
+"""Restart safety: the lifecycle state to and from status, corrected by what the cluster shows.
+
+A restarted operator must neither lose nor repeat work: the state comes back from status, and
+the trainer Jobs found (their names derive from deterministic run ids) correct it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from typing import Any
+
+from tide_operator.control.canary import CanaryAnalysis
+from tide_operator.control.lifecycle import LifecycleState, Phase, run_id_for
+
+
+def lifecycle_to_dict(state: LifecycleState) -> dict[str, Any]:
+    """Plain JSON-able data for status (enums as their string values)."""
+    data = asdict(state)
+    data["phase"] = state.phase.value
+    return data
+
+
+def lifecycle_from_dict(data: dict[str, Any]) -> LifecycleState:
+    fields = dict(data)
+    fields["phase"] = Phase(fields.get("phase", Phase.COLLECTING.value))
+    canary = fields.get("canary")
+    fields["canary"] = CanaryAnalysis(**canary) if canary is not None else None
+    return LifecycleState(**fields)
+
+
+def rebuild_lifecycle(status: dict[str, Any] | None, job_run_ids: list[str], now: float) -> LifecycleState:
+    """The state after an operator restart: status when present, corrected by the trainer Jobs found.
+
+    Job names are deterministic, so the run counter never goes backwards (no duplicate run id) and
+    a Job that status does not know about (status write lost) is adopted instead of relaunched.
+    """
+    state = lifecycle_from_dict(status) if status else LifecycleState(phase_since=now)
+    numbers = [int(r[1:]) for r in job_run_ids if r.startswith("r") and r[1:].isdigit()]
+    if numbers and max(numbers) > state.run_counter:
+        newest = run_id_for(max(numbers))
+        state = replace(state, run_counter=max(numbers))
+        if state.phase in (Phase.SERVING, Phase.COLLECTING) and state.active_run is None:
+            state = replace(state, phase=Phase.TRAINING, phase_since=now, active_run=newest)
+    return state

@@ -1,0 +1,90 @@
+"""Drift detection: warm-up from the first samples, time-weighted EMAs, the shift condition."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from tide_operator.control.drift import DriftParams, DriftState, shift_detected, update_drift
+
+PARAMS = DriftParams(short_half_life_s=120, long_half_life_s=1800, threshold_percent=5, min_samples=200)
+
+
+def feed(state: DriftState, values: list[float], start: float, step: float = 30, samples: int = 100) -> DriftState:
+    for i, a in enumerate(values):
+        state = update_drift(state, a, samples, start + i * step, PARAMS)
+    return state
+
+
+def test_warm_up_initialises_both_emas_to_the_sample_weighted_mean() -> None:
+    state = update_drift(DriftState(), 0.6, 50, 0, PARAMS)
+    assert not state.ready
+    state = update_drift(state, 0.8, 150, 30, PARAMS)
+    assert state.ready
+    assert state.short_ema == pytest.approx(0.75)
+    assert state.long_ema == pytest.approx(0.75)
+
+
+def test_ema_weight_depends_on_elapsed_time_not_on_call_count() -> None:
+    warm = feed(DriftState(), [0.7, 0.7], 0)
+    one_step = update_drift(warm, 0.3, 100, 30 + 120, PARAMS)  # one short half-life later
+    assert one_step.short_ema == pytest.approx(0.5)  # halfway from 0.7 to 0.3
+    many = feed(warm, [0.3] * 4, 60, step=30)  # the same 120 s in four polls
+    assert many.short_ema == pytest.approx(0.5, abs=1e-9)
+
+
+@pytest.mark.parametrize(("acceptance", "samples"), [(None, 100), (math.nan, 100), (0.2, 0), (0.2, -1)])
+def test_observations_without_data_leave_the_state_unchanged(acceptance: float | None, samples: int) -> None:
+    warm = feed(DriftState(), [0.7, 0.7], 0)
+    assert update_drift(warm, acceptance, samples, 999, PARAMS) == warm
+
+
+@pytest.mark.parametrize(
+    ("after", "minutes", "shift"),
+    [
+        (0.70, 10, False),  # no change
+        (0.68, 10, False),  # a 3% dip is within the threshold
+        (0.55, 3, True),  # a drop shows within minutes
+        (0.80, 10, False),  # an improvement is not a shift
+    ],
+)
+def test_shift_is_short_below_long_minus_threshold(after: float, minutes: int, shift: bool) -> None:
+    state = feed(DriftState(), [0.70] * 60, 0)  # 30 minutes of steady traffic
+    state = feed(state, [after] * (minutes * 2), 60 * 30)
+    assert shift_detected(state, PARAMS) == shift
+
+
+def test_noise_alone_does_not_signal_a_shift() -> None:
+    rng = random.Random(1)
+    state = DriftState()
+    for tick in range(600):  # five hours of 30 s polls, +-3% noise
+        state = update_drift(state, 0.7 * (1 + rng.gauss(0, 0.03)), 100, tick * 30.0, PARAMS)
+        assert not shift_detected(state, PARAMS)
+
+
+def test_a_gap_in_data_does_not_erase_the_long_memory() -> None:
+    state = feed(DriftState(), [0.7] * 60, 0)
+    state = update_drift(state, 0.4, 100, 60 * 30 + 3 * 3600, PARAMS)  # speculation was off for 3 hours
+    assert state.long_ema is not None
+    assert state.long_ema > 0.65
+    assert shift_detected(state, PARAMS)
+
+
+def test_no_shift_before_warm_up() -> None:
+    assert not shift_detected(update_drift(DriftState(), 0.1, 10, 0, PARAMS), PARAMS)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"short_half_life_s": 0}, "shortHalfLife"),
+        ({"long_half_life_s": 60}, "longHalfLife"),
+        ({"threshold_percent": 0}, "thresholdPercent"),
+        ({"min_samples": 0}, "minSamples"),
+    ],
+)
+def test_bad_drift_params_name_the_field(kwargs: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        DriftParams(**kwargs)

@@ -1,0 +1,208 @@
+"""The S3 draft registry against a real S3 protocol server (moto's server mode on 127.0.0.1).
+
+Checks: promotion assigns v1, v2, ...; a checksum or target-revision mismatch refuses and leaves
+the pointer alone; a lost pointer race raises PointerConflict; the capture buffer is pruned oldest
+first; nothing under drafts/ is ever deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import boto3
+import pytest
+from botocore.config import Config
+from moto.server import ThreadedMotoServer
+
+from tide_contracts.registry import (
+    CaptureLimits,
+    CaptureObject,
+    ChecksumMismatch,
+    DraftRegistry,
+    FileEntry,
+    IncompatibleDraft,
+    Manifest,
+    PointerConflict,
+    captures_to_prune,
+    manifest_json,
+)
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+REV = "rev-abc"
+TOK = "tok-123"
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def registry(endpoint: str) -> DraftRegistry:
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=Config(s3={"addressing_style": "path"}),
+    )
+    bucket = f"tide-{uuid.uuid4().hex[:12]}"  # a fresh bucket per test (parametrized ones too)
+    client.create_bucket(Bucket=bucket)
+    return DraftRegistry(client, bucket, "team/llama", sse="AES256")
+
+
+def put_candidate(reg: DraftRegistry, run_id: str, *, revision: str = REV, corrupt: bool = False) -> None:
+    files = {"config.json": b'{"arch": "eagle3"}', "model.safetensors": run_id.encode() * 1000}
+    entries = {n: FileEntry(sha256=hashlib.sha256(b).hexdigest(), bytes=len(b)) for n, b in files.items()}
+    for name, body in files.items():
+        stored = body[:-1] + b"X" if corrupt and name == "model.safetensors" else body
+        reg.client.put_object(Bucket=reg.bucket, Key=reg.key("candidates", run_id, name), Body=stored)
+    manifest = Manifest(
+        kind="candidate",
+        run_id=run_id,
+        created_at=NOW.isoformat(),
+        target_revision=revision,
+        tokenizer_hash=TOK,
+        eval={"candidate_acceptance_length": 2.5},
+        files=entries,
+    )
+    reg.client.put_object(
+        Bucket=reg.bucket,
+        Key=reg.key("candidates", run_id, "manifest.json"),
+        Body=manifest_json(manifest).encode(),
+    )
+
+
+def all_keys(reg: DraftRegistry, under: str) -> set[str]:
+    return set(reg._list(reg.key(under) + "/"))
+
+
+def test_promotions_assign_increasing_versions_and_record_history(registry: DraftRegistry) -> None:
+    for run_id in ("r1", "r2"):
+        put_candidate(registry, run_id)
+    first = registry.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW)
+    second = registry.promote("r2", target_revision=REV, tokenizer_hash=TOK, now=NOW + timedelta(minutes=1))
+    assert (first.version, second.version) == ("v1", "v2")
+    pointer, _ = registry.promoted()
+    assert pointer is not None
+    assert (pointer.version, pointer.run_id) == ("v2", "r2")
+    draft = registry.draft_manifest("v2")
+    assert (draft.kind, draft.version, draft.target_revision) == ("draft", "v2", REV)
+    body = registry._get(registry.key("drafts", "v2", "model.safetensors"))
+    assert hashlib.sha256(body).hexdigest() == draft.files["model.safetensors"].sha256
+    assert [(h.action, h.version, h.previous) for h in registry.history()] == [
+        ("promote", "v1", None),
+        ("promote", "v2", "v1"),
+    ]
+    head = registry.client.head_object(Bucket=registry.bucket, Key=registry.key("promoted.json"))
+    assert head.get("ServerSideEncryption") == "AES256"
+
+
+@pytest.mark.parametrize(
+    ("candidate_kwargs", "promote_kwargs", "error"),
+    [
+        ({"corrupt": True}, {"target_revision": REV, "tokenizer_hash": TOK}, ChecksumMismatch),
+        ({"revision": "rev-old"}, {"target_revision": REV, "tokenizer_hash": TOK}, IncompatibleDraft),
+        ({}, {"target_revision": REV, "tokenizer_hash": "other-tokenizer"}, IncompatibleDraft),
+    ],
+)
+def test_refused_promotion_leaves_pointer_and_drafts_unchanged(
+    registry: DraftRegistry, candidate_kwargs: dict, promote_kwargs: dict, error: type[Exception]
+) -> None:
+    put_candidate(registry, "r1")
+    registry.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW)
+    before_pointer, before_etag = registry.promoted()
+    before_drafts = all_keys(registry, "drafts")
+    put_candidate(registry, "r2", **candidate_kwargs)
+    with pytest.raises(error):
+        registry.promote("r2", now=NOW, **promote_kwargs)
+    assert registry.promoted() == (before_pointer, before_etag)
+    assert all_keys(registry, "drafts") == before_drafts
+    assert [h.action for h in registry.history()] == ["promote"]
+
+
+def test_concurrent_pointer_update_one_wins_the_other_errors(registry: DraftRegistry) -> None:
+    put_candidate(registry, "r1")
+    registry.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW)
+    _, stale_etag = registry.promoted()
+    put_candidate(registry, "r2")
+    registry.promote("r2", target_revision=REV, tokenizer_hash=TOK, now=NOW + timedelta(seconds=1))
+    winner = registry.promoted()
+    loser = winner[0].model_copy(update={"version": "v1", "run_id": "r1"})  # type: ignore[union-attr]
+    with pytest.raises(PointerConflict):
+        registry._replace_pointer(loser, stale_etag)
+    assert registry.promoted() == winner
+
+
+def test_first_pointer_write_is_create_only(registry: DraftRegistry) -> None:
+    put_candidate(registry, "r1")
+    pointer = registry.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW)
+    with pytest.raises(PointerConflict):
+        registry._replace_pointer(pointer, None)  # "nothing promoted yet" is no longer true
+
+
+def test_claimed_version_is_never_reused(registry: DraftRegistry) -> None:
+    registry._put(registry.key("drafts", "v1", ".claim"), b"", IfNoneMatch="*")  # a crashed promotion
+    put_candidate(registry, "r1")
+    assert registry.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW).version == "v2"
+
+
+def test_rollback_flips_the_pointer_back_and_keeps_every_draft(registry: DraftRegistry) -> None:
+    for run_id in ("r1", "r2"):
+        put_candidate(registry, run_id)
+        registry.promote(run_id, target_revision=REV, tokenizer_hash=TOK, now=NOW)
+    drafts = all_keys(registry, "drafts")
+    registry.roll_back("v1", target_revision=REV, now=NOW, reason="CanaryFailed")
+    registry.record_rejection("r3", now=NOW, reason="CanaryInconclusive")
+    pointer, _ = registry.promoted()
+    assert pointer is not None
+    assert pointer.version == "v1"
+    assert all_keys(registry, "drafts") == drafts
+    assert [h.action for h in registry.history()][-2:] == ["rollback", "reject"]
+
+
+def capture(name: str, age_min: float, size: int = 1000, samples: int = 100) -> CaptureObject:
+    return CaptureObject(name, size, NOW.timestamp() - 60 * age_min, samples)
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected_pruned"),
+    [
+        (CaptureLimits(max_samples=250), ["c0", "c1"]),  # 400 samples -> keep the newest 200
+        (CaptureLimits(max_bytes=2500), ["c0", "c1"]),  # 4000 bytes -> keep the newest 2000
+        (CaptureLimits(retention_s=35 * 60), ["c0", "c1"]),  # 50 and 40 minutes old
+        (CaptureLimits(max_samples=400, max_bytes=4000), []),  # exactly at the caps
+        (CaptureLimits(max_samples=0), ["c0", "c1", "c2", "c3"]),
+    ],
+)
+def test_capture_pruning_drops_oldest_first(limits: CaptureLimits, expected_pruned: list[str]) -> None:
+    captures = [capture("c2", 30), capture("c0", 50), capture("c3", 20), capture("c1", 40)]
+    assert captures_to_prune(captures, limits, NOW.timestamp()) == expected_pruned
+
+
+def test_prune_deletes_captures_in_s3_and_never_drafts(registry: DraftRegistry) -> None:
+    put_candidate(registry, "r1")
+    registry.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW)
+    drafts = all_keys(registry, "drafts")
+    for i in range(4):
+        registry.put_capture(f"c{i}.safetensors", b"x" * 1000, samples=100)
+    assert sum(c.samples for c in registry.list_captures()) == 400
+    deleted = registry.prune_captures(CaptureLimits(max_samples=250), datetime.now(UTC))
+    assert len(deleted) == 2
+    assert len(all_keys(registry, "captures")) == 2
+    assert all_keys(registry, "drafts") == drafts
+    expired = registry.prune_captures(CaptureLimits(retention_s=60), datetime.now(UTC) + timedelta(hours=1))
+    assert len(expired) == 2
+    assert not all_keys(registry, "captures")
+    assert all_keys(registry, "drafts") == drafts
