@@ -27,6 +27,7 @@ from tide_localcluster.binaries import kube_binary, system_binary
 from tide_localcluster.processes import ProcessRecord, ProcessTable, is_alive, spawn
 
 STARTUP_TIMEOUT_S = 90.0
+OPERATOR_USER = "tide-operator"
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class PlaneInfo:
     server: str
     token: str
     kubeconfig: str
+    operator_kubeconfig: str
+    audit_log: str
     etcd_port: int
     apiserver_port: int
     prometheus_targets: str
@@ -85,8 +88,8 @@ def down(state_dir: Path) -> None:
 def _start(state_dir: Path, pools_file: Path, images_file: Path | None, table: ProcessTable) -> PlaneInfo:
     logs = state_dir / "logs"
     etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
-    token = secrets.token_hex(16)
-    _write_credentials(state_dir, token)
+    token, operator_token = secrets.token_hex(16), secrets.token_hex(16)
+    _write_credentials(state_dir, token, operator_token)
     etcd_url = f"http://127.0.0.1:{etcd_port}"
     table.add(spawn("etcd", [
         str(system_binary("etcd", "etcd-server")), "--data-dir", str(state_dir / "etcd"),
@@ -100,7 +103,8 @@ def _start(state_dir: Path, pools_file: Path, images_file: Path | None, table: P
     table.add(spawn("kube-apiserver", _apiserver_args(state_dir, etcd_url, api_port), logs))
     server = f"https://127.0.0.1:{api_port}"
     _wait_http(f"{server}/readyz", token, "kube-apiserver", logs / "kube-apiserver.log")
-    kubeconfig = _write_kubeconfig(state_dir, server, token)
+    kubeconfig = _write_kubeconfig(state_dir / "kubeconfig", server, "admin", token)
+    operator_kubeconfig = _write_kubeconfig(state_dir / "operator.kubeconfig", server, OPERATOR_USER, operator_token)
 
     table.add(spawn("kube-controller-manager", [
         str(kube_binary("kube-controller-manager")), "--kubeconfig", str(kubeconfig),
@@ -117,6 +121,7 @@ def _start(state_dir: Path, pools_file: Path, images_file: Path | None, table: P
     ], logs))
 
     info = PlaneInfo(state_dir=str(state_dir), server=server, token=token, kubeconfig=str(kubeconfig),
+                     operator_kubeconfig=str(operator_kubeconfig), audit_log=str(state_dir / "audit.log"),
                      etcd_port=etcd_port, apiserver_port=api_port,
                      prometheus_targets=str(state_dir / "prometheus" / "targets.json"))
     (state_dir / "state.json").write_text(json.dumps(asdict(info), indent=1))
@@ -143,26 +148,41 @@ def _apiserver_args(state_dir: Path, etcd_url: str, port: int) -> list[str]:
         "--service-account-signing-key-file", str(state_dir / "sa.key"),
         "--token-auth-file", str(state_dir / "tokens.csv"), "--authorization-mode", "RBAC",
         "--service-cluster-ip-range", "10.0.0.0/24", "--allow-privileged",
+        # Every write the operator's user makes is logged, so tests can count them.
+        "--audit-policy-file", str(_write_audit_policy(state_dir)),
+        "--audit-log-path", str(state_dir / "audit.log"), "--audit-log-format", "json",
     ]
 
 
-def _write_credentials(state_dir: Path, token: str) -> None:
+def _write_audit_policy(state_dir: Path) -> Path:
+    policy = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"], "rules": [
+        {"level": "Metadata", "users": [OPERATOR_USER],
+         "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
+        {"level": "None"},
+    ]}
+    path = state_dir / "audit-policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    return path
+
+
+def _write_credentials(state_dir: Path, token: str, operator_token: str) -> None:
     openssl = str(system_binary("openssl", "openssl"))
     subprocess.run([openssl, "genrsa", "-out", str(state_dir / "sa.key"), "2048"], check=True,
                    capture_output=True)
     subprocess.run([openssl, "rsa", "-in", str(state_dir / "sa.key"), "-pubout", "-out",
                     str(state_dir / "sa.pub")], check=True, capture_output=True)
-    (state_dir / "tokens.csv").write_text(f"{token},admin,admin,system:masters\n")
+    # The operator gets a user of its own with no rights but what RBAC grants it (the chart's role).
+    (state_dir / "tokens.csv").write_text(f"{token},admin,admin,system:masters\n"
+                                          f"{operator_token},{OPERATOR_USER},{OPERATOR_USER}\n")
 
 
-def _write_kubeconfig(state_dir: Path, server: str, token: str) -> Path:
+def _write_kubeconfig(path: Path, server: str, user: str, token: str) -> Path:
     config = {
         "apiVersion": "v1", "kind": "Config", "current-context": "tide-local",
         "clusters": [{"name": "tide-local", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "admin", "user": {"token": token}}],
-        "contexts": [{"name": "tide-local", "context": {"cluster": "tide-local", "user": "admin"}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "tide-local", "context": {"cluster": "tide-local", "user": user}}],
     }
-    path = state_dir / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
     return path
 

@@ -1,0 +1,106 @@
+"""One linear reconcile pass: parse the spec, choose pools, apply children, report status.
+
+Like jobset's Reconcile: each step returns early on a problem, the status is built once and
+written once by the handler, and nothing already running is touched while the spec is invalid.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from tide_operator.api import SpecError, TideDeploymentSpec, TideDeploymentStatus, parse_spec
+from tide_operator.api.conditions import Reason
+from tide_operator.cluster import Applied, Cluster
+from tide_operator.config import OperatorConfig
+from tide_operator.control.placement import Placement, PoolRequest, choose_pools
+from tide_operator.manifests import labels, names
+from tide_operator.manifests.serving import (
+    CONTROL_AUTH_KEY,
+    build_service,
+    build_serving_configmap,
+    build_serving_deployment,
+)
+from tide_operator.serving_status import EventNote, ServingObservation, StatusDraft, invalid, scheduled, serving
+from tide_operator.serving_status import unscheduled as mark_unscheduled
+
+
+@dataclass(frozen=True)
+class PassResult:
+    status: dict[str, Any]
+    events: tuple[EventNote, ...]
+    applied: tuple[Applied, ...] = ()
+
+
+def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, adopt: Any,
+              now: datetime | None = None) -> PassResult:
+    meta = body["metadata"]
+    name, namespace, generation = meta["name"], meta["namespace"], int(meta.get("generation", 1))
+    draft = StatusDraft(observed_status(body), generation, now or datetime.now(UTC))
+    try:
+        spec = parse_spec(body.get("spec"), config.catalog.names())
+    except SpecError as e:
+        invalid(draft, Reason.INVALID_SPEC, e.field, e.message)
+        return _result(draft)
+    secret = spec.storage.s3.credentials_secret
+    if secret and not cluster.secret_exists(namespace, secret):
+        invalid(draft, Reason.MISSING_CREDENTIALS, "spec.storage.s3.credentialsSecret",
+                f"Secret {namespace}/{secret} not found")
+        return _result(draft)
+
+    placement = _place(spec, cluster, config, name, draft.status)
+    if not placement.inference.ok:
+        mark_unscheduled(draft, placement)
+        return _result(draft)
+    scheduled(draft, placement)
+
+    # The control token is made once and never rotated by a pass (pods read it at start).
+    cluster.create_if_absent(adopt(control_token_secret(name, namespace)))
+    applied = tuple(cluster.apply(adopt(child)) for child in _children(name, namespace, spec, placement, config))
+    deployment = cluster.deployment(namespace, names.serving_name(name)) or {}
+    observed = deployment.get("status") or {}
+    serving(draft, ServingObservation(replicas=spec.inference.replicas,
+                                      ready_replicas=int(observed.get("readyReplicas") or 0),
+                                      selector=labels.serving_selector(name)))
+    return _result(draft, applied)
+
+
+def observed_status(body: dict[str, Any]) -> TideDeploymentStatus:
+    """The status as last written (strict models read JSON, where enums arrive as strings)."""
+    raw = {k: v for k, v in (body.get("status") or {}).items() if k in STATUS_FIELDS}
+    return TideDeploymentStatus.model_validate_json(json.dumps(raw))
+
+
+STATUS_FIELDS = {field.alias or name for name, field in TideDeploymentStatus.model_fields.items()}
+
+
+def _place(spec: TideDeploymentSpec, cluster: Cluster, config: OperatorConfig, name: str,
+           status: TideDeploymentStatus) -> Placement:
+    nodes = cluster.node_inventory(exclude_label=(labels.DEPLOYMENT_LABEL, name))
+    inference = PoolRequest(allowed=spec.inference.gpu_classes or None, units=spec.inference.replicas,
+                            gpus_per_unit=spec.inference.gpus_per_replica)
+    training = PoolRequest(allowed=spec.training.gpu_classes or None, units=1,
+                           gpus_per_unit=spec.training.gpus_per_job)
+    current = status.inference_pool.gpu_class if status.inference_pool else None
+    return choose_pools(nodes, config.catalog, inference, training, current)
+
+
+def control_token_secret(name: str, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": names.control_token_secret_name(name), "namespace": namespace,
+                         "labels": labels.serving_labels(name)},
+            "stringData": {CONTROL_AUTH_KEY: secrets.token_urlsafe(32)}}
+
+
+def _children(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement,
+              config: OperatorConfig) -> list[dict[str, Any]]:
+    return [build_serving_configmap(name, namespace, spec), build_service(name, namespace, spec),
+            build_serving_deployment(name, namespace, spec, placement, config)]
+
+
+def _result(draft: StatusDraft, applied: tuple[Applied, ...] = ()) -> PassResult:
+    return PassResult(draft.status.model_dump(by_alias=True, exclude_none=True, mode="json"),
+                      tuple(draft.events), applied)

@@ -1,0 +1,105 @@
+"""Run the real operator process against the local plane, as its own RBAC-limited user."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tide_localcluster.plane import OPERATOR_USER, free_port, tail
+from tide_operator.api.crd import crd_without_cel
+from tide_operator.rbac import cluster_role
+
+# The stand-in speaks vLLM's command line and routes; the operator's manifests stay unchanged.
+TEST_OPERATOR_CONFIG = {
+    "resyncIntervalSeconds": 2,
+    "serving": {"command": [sys.executable, "-m", "tide_vllm_sim"]},
+}
+
+
+def install_crd(api: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    body = crd_without_cel()  # the v1.20 test plane has no CEL; rules are unit-tested with cel-python
+    try:
+        ext.create_custom_resource_definition(body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
+        if any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or []):
+            return
+        time.sleep(0.2)
+    raise TimeoutError("CRD not Established")
+
+
+def grant_operator_rbac(api: client.ApiClient) -> None:
+    rbac = client.RbacAuthorizationV1Api(api)
+    role = cluster_role()
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "tide-operator"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tide-operator"},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": OPERATOR_USER}]}
+    for create, body in ((rbac.create_cluster_role, role), (rbac.create_cluster_role_binding, binding)):
+        try:
+            create(body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+
+class OperatorProcess:
+    def __init__(self, plane: Any, config: dict[str, Any] | None = None) -> None:
+        self.plane = plane
+        self.config = config or TEST_OPERATOR_CONFIG
+        self.log = Path(plane.state_dir) / "logs" / "operator.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.port = free_port()
+
+    def start(self) -> OperatorProcess:
+        config_file = Path(self.plane.state_dir) / "operator-config.yaml"
+        config_file.write_text(yaml.safe_dump(self.config))
+        env = {**os.environ, "KUBECONFIG": self.plane.operator_kubeconfig, "TIDE_OPERATOR_CONFIG": str(config_file),
+               "PYTHONUNBUFFERED": "1"}
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tide_operator", "--liveness", f"http://127.0.0.1:{self.port}/healthz"],
+                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self._wait_alive()
+        return self
+
+    def _wait_alive(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"operator exited with {self.process.returncode}:\n{tail(self.log)}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.3)
+        raise TimeoutError(f"operator liveness never answered:\n{tail(self.log)}")
+
+    def stop(self, kill: bool = False) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        if kill:
+            self.process.kill()
+        else:
+            self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
