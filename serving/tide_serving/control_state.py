@@ -1,0 +1,222 @@
+"""The API-server side of the plugin: what each control route does (routes themselves: control_plugin).
+
+Reaches the engine only through the `EngineClient` (`collective_rpc` to the worker extension,
+`pause_generation`/`resume_generation`) and the scheduler's switch file. Every operation returns a
+contract model or raises `ControlFailure` carrying the contract's error code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from tide_contracts import serving_control as sc
+from tide_serving import PLUGIN_VERSION
+from tide_serving.draft_fetch import fetch_draft, promoted_source
+from tide_serving.draft_source import DraftArchitecture, DraftRefused, VerifiedDraft, verify_draft_dir
+from tide_serving.settings import ServingSettings
+from tide_serving.speculation_switch import read_switch, write_switch
+
+log = logging.getLogger(__name__)
+SWITCH_SCHEDULERS = ("tide_serving.scheduler.SpeculationSwitchScheduler",
+                     "tide_serving.scheduler.SpeculationSwitchAsyncScheduler")
+
+
+class ControlFailure(Exception):
+    def __init__(self, code: sc.ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+class ControlState:
+    def __init__(self, engine: Any, settings: ServingSettings, *, model_name: str, vllm_version: str,
+                 runtime_speculation: bool, launch_speculation: bool) -> None:
+        self.engine, self.settings = engine, settings
+        self.model_name, self.vllm_version, self.plugin_version = model_name, vllm_version, PLUGIN_VERSION
+        self.runtime_speculation, self.launch_speculation = runtime_speculation, launch_speculation
+        self.swap_lock = asyncio.Lock()
+        self.swap_results = {"success": 0, "refused": 0, "failed": 0}
+        self.last_pause_s = 0.0
+        self.worker: dict[str, Any] | None = None  # rank 0's last status
+        self.warnings: list[str] = []
+        self.current_dir: str | None = None  # local directory of the serving draft (restore on failure)
+        self.refresher: asyncio.Task[None] | None = None
+
+    # ---- snapshot ------------------------------------------------------------------------------
+    async def refresh(self) -> dict[str, Any]:
+        try:
+            statuses = await self.engine.collective_rpc("tide_status", timeout=30)
+        except Exception as err:
+            raise ControlFailure(sc.ErrorCode.NOT_CONFIGURED, "the engine does not answer tide_status "
+                                 f"(launched without --worker-extension-cls?): {err}") from err
+        self.worker = next((s for s in statuses if s.get("rank") == 0), statuses[0])
+        return self.worker
+
+    @property
+    def engine_supported(self) -> bool:
+        return bool(self.worker and self.worker["engine"]["supported"])
+
+    def draft_identity(self) -> tuple[str, str] | None:
+        if not self.worker or self.worker["architecture"] is None:
+            return None
+        return self.worker["draft"]["version"], self.worker["draft"]["target_revision"]
+
+    def speculation_enabled(self) -> bool:
+        if not self.launch_speculation:
+            return False
+        return read_switch(self.settings.speculation_switch_file) if self.runtime_speculation else True
+
+    def capture_snapshot(self) -> sc.CaptureState:
+        cap = (self.worker or {}).get("capture")
+        if cap is None:
+            return sc.CaptureState(enabled=False, sampling_rate=self.settings.sampling_rate,
+                                   destination=self.settings.capture_uri, counters=sc.CaptureCounters())
+        return sc.CaptureState(enabled=cap["enabled"], sampling_rate=cap["sampling_rate"],
+                               destination=cap["destination"], counters=sc.CaptureCounters(**cap["counters"]))
+
+    def _draft_info(self) -> sc.DraftInfo | None:
+        w = self.worker
+        if not w or w["architecture"] is None:
+            return None
+        arch = DraftArchitecture.from_json(w["architecture"])
+        return sc.DraftInfo(version=w["draft"]["version"], target_revision=w["draft"]["target_revision"],
+                            source=w["draft"]["source"], hidden_size=arch.target_hidden_size,
+                            draft_vocab_size=arch.draft_vocab_size, aux_layer_ids=list(arch.aux_layer_ids),
+                            num_speculative_tokens=w["num_speculative_tokens"])
+
+    def _speculation(self) -> sc.SpeculationState:
+        k = (self.worker or {}).get("num_speculative_tokens", 0)
+        return sc.SpeculationState(enabled=self.speculation_enabled(), num_speculative_tokens=k,
+                                   runtime_control=self.runtime_speculation and self.launch_speculation)
+
+    async def status(self) -> sc.ServingStatus:
+        w = await self.refresh()
+        warnings = list(self.warnings)
+        if not w["engine"]["supported"] or "untested" in w["engine"]["reason"]:
+            warnings.append(w["engine"]["reason"])
+        return sc.ServingStatus(
+            contract_version=sc.CONTRACT_VERSION, plugin_version=self.plugin_version,
+            vllm_version=self.vllm_version, engine_supported=w["engine"]["supported"],
+            model_name=self.model_name, draft=self._draft_info(), speculation=self._speculation(),
+            capture=self.capture_snapshot(), warnings=warnings)
+
+    def _require_supported(self) -> None:
+        if not self.engine_supported:
+            reason = self.worker["engine"]["reason"] if self.worker else "engine status unknown"
+            raise ControlFailure(sc.ErrorCode.UNSUPPORTED_ENGINE, reason)
+
+    # ---- capture and speculation ---------------------------------------------------------------
+    async def set_capture(self, req: sc.CaptureRequest) -> sc.CaptureState:
+        w = await self.refresh()
+        self._require_supported()
+        if req.enabled and not (req.destination or w["capture"]["destination"]):
+            raise ControlFailure(sc.ErrorCode.INVALID_REQUEST,
+                                 "capture needs a destination: none in the request, TIDE_CAPTURE_URI unset")
+        if req.destination is not None and not req.destination.startswith("s3://"):
+            raise ControlFailure(sc.ErrorCode.INVALID_REQUEST, "destination must be s3://bucket/prefix")
+        try:
+            await self.engine.collective_rpc("tide_set_capture", timeout=60,
+                                             args=(req.enabled, req.sampling_rate, req.destination))
+        except Exception as err:
+            raise ControlFailure(sc.ErrorCode.ENGINE_ERROR, f"capture switch failed: {err}") from err
+        await self.refresh()
+        return self.capture_snapshot()
+
+    async def set_speculation(self, req: sc.SpeculationRequest) -> sc.SpeculationState:
+        await self.refresh()
+        self._require_supported()
+        if not (self.runtime_speculation and self.launch_speculation):
+            why = ("launched without --speculative-config" if not self.launch_speculation
+                   else f"launched without --scheduler-cls {SWITCH_SCHEDULERS[0]}")
+            raise ControlFailure(sc.ErrorCode.RESTART_REQUIRED,
+                                 f"speculation cannot be switched at runtime on this pod ({why}); "
+                                 "roll the pods with the new serving configuration")
+        write_switch(self.settings.speculation_switch_file, req.enabled)
+        return self._speculation()
+
+    # ---- draft load ----------------------------------------------------------------------------
+    async def load_draft(self, req: sc.DraftLoadRequest) -> sc.DraftLoadResult:
+        if self.swap_lock.locked():
+            raise ControlFailure(sc.ErrorCode.SWAP_IN_PROGRESS, "another draft load is running on this pod")
+        async with self.swap_lock:
+            w = await self.refresh()
+            self._require_supported()
+            if w["architecture"] is None:
+                raise ControlFailure(sc.ErrorCode.RESTART_REQUIRED, "this pod serves no draft "
+                                     "(launched without --speculative-config)")
+            started = time.monotonic()
+            try:
+                verified = await asyncio.to_thread(self._fetch_and_verify, req, w)
+            except DraftRefused as refused:
+                self.swap_results["refused"] += 1
+                raise ControlFailure(refused.code, refused.message) from refused
+            verify_s = time.monotonic() - started
+            previous = w["draft"]["version"]
+            pause_s = await self._swap(verified, req.source)
+            self.swap_results["success"] += 1
+            self.last_pause_s = pause_s
+            self.current_dir = str(verified.path)
+            info = self._draft_info()
+            assert info is not None
+            return sc.DraftLoadResult(draft=info, previous_version=previous, verify_seconds=verify_s,
+                                      pause_seconds=pause_s)
+
+    def _fetch_and_verify(self, req: sc.DraftLoadRequest, worker: dict[str, Any]) -> VerifiedDraft:
+        path = fetch_draft(req.source, self.settings.downloads_dir)
+        return verify_draft_dir(path, serving_revision=self.settings.target_revision,
+                                serving=DraftArchitecture.from_json(worker["architecture"]),
+                                expected_version=req.version,
+                                fallback_version=req.source.rstrip("/").rsplit("/", 1)[-1],
+                                tokenizer_hash=worker.get("tokenizer_hash"))
+
+    async def _swap(self, draft: VerifiedDraft, source: str) -> float:
+        """pause(keep) -> reload in every worker -> resume; the old draft is restored on failure."""
+        paused = time.monotonic()
+        await self.engine.pause_generation(mode="keep", clear_cache=False)
+        try:
+            await self.engine.collective_rpc(
+                "tide_reload_draft", timeout=300,
+                args=(str(draft.path), draft.version, draft.target_revision, source))
+        except Exception as err:
+            self.swap_results["failed"] += 1
+            restored = await self._restore_previous()
+            raise ControlFailure(sc.ErrorCode.ENGINE_ERROR,
+                                 f"draft reload failed ({err}); previous draft {restored}") from err
+        finally:
+            await self.engine.resume_generation()
+            pause_s = time.monotonic() - paused
+        await self.refresh()
+        return pause_s
+
+    async def _restore_previous(self) -> str:
+        w = self.worker or {}
+        if self.current_dir is None:
+            return "not restorable (no local copy): weights may be partially updated"
+        d = w.get("draft", {})
+        try:
+            await self.engine.collective_rpc("tide_reload_draft", timeout=300, args=(
+                self.current_dir, d.get("version", "unknown"), d.get("target_revision", ""),
+                d.get("source", "")))
+        except Exception as err:  # noqa: BLE001
+            return f"restore failed: {err}"
+        return "restored"
+
+    async def load_promoted(self) -> None:
+        """Startup: serve the draft the registry's promoted pointer names, if any."""
+        if not self.settings.registry_uri:
+            return
+        try:
+            promoted = await asyncio.to_thread(promoted_source, self.settings.registry_uri,
+                                               self.settings.target_revision)
+            if promoted is None:
+                log.info("tide: no promoted draft for target %s; serving the launch draft",
+                         self.settings.target_revision)
+                return
+            result = await self.load_draft(sc.DraftLoadRequest(source=promoted[0], version=promoted[1]))
+            log.info("tide: serving promoted draft %s", result.draft.version)
+        except (DraftRefused, ControlFailure) as err:
+            msg = f"promoted draft not loaded, serving the launch draft: {err}"
+            log.warning("tide: %s", msg)
+            self.warnings.append(msg)

@@ -1,0 +1,1 @@
+"""Test fixtures for the serving plugin (need torch: the vLLM environment)."""
