@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash hack/setup.sh
-exec .venv/bin/python -m tide_localcluster.demo "$@"
+exec .venv/bin/python -m tide_e2e.demo "$@"

@@ -1,4 +1,4 @@
-"""Run the real operator process against the local plane, as its own RBAC-limited user."""
+"""Install the operator into a local plane: its CRD, its least-privilege RBAC, its process."""
 
 from __future__ import annotations
 
@@ -68,7 +68,10 @@ class OperatorProcess:
 
     def start(self) -> OperatorProcess:
         config_file = Path(self.plane.state_dir) / "operator-config.yaml"
-        config_file.write_text(yaml.safe_dump(self.config))
+        config = dict(self.config)
+        if self.plane.prometheus_url:  # the plane's own Prometheus, unless the test says otherwise
+            config = {"prometheusUrl": self.plane.prometheus_url, **config}
+        config_file.write_text(yaml.safe_dump(config))
         env = {**os.environ, "KUBECONFIG": self.plane.operator_kubeconfig, "TIDE_OPERATOR_CONFIG": str(config_file),
                "PYTHONUNBUFFERED": "1"}
         with open(self.log, "ab") as out:

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from tests.integration.kubewait import wait_for
-from tests.integration.operator_harness import OperatorProcess, grant_operator_rbac, install_crd
+from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 from tide_localcluster.audit import AuditLog
 from tide_localcluster.plane import OPERATOR_USER
 from tide_operator.api import GROUP, PLURAL, VERSION
