@@ -6,7 +6,7 @@
 #  - PyPI torchvision/torchaudio/torchcodec break imports beside torch+cpu: removed.
 #  - the `vllm` CLI is broken in that package: start servers with
 #    `python -m vllm.entrypoints.openai.api_server`.
-# The project (serving + dev extras) is installed editable, constrained to the versions vLLM
+# The project (serving + test extras) is installed editable, constrained to the versions vLLM
 # brought, so the engine's environment stays what it was tested with. Prints the venv path.
 set -euo pipefail
 
@@ -48,11 +48,11 @@ if [ ! -f "$ENGINE_STAMP" ]; then
   date -u +%FT%TZ > "$ENGINE_STAMP"
 fi
 
-log "installing the project (serving, dev extras) into $VENV"
+log "installing the project (serving, test extras) into $VENV"
 constraints="$(mktemp)"
 trap 'rm -f "$constraints"' EXIT
 "$VENV/bin/pip" freeze --exclude-editable | grep -v -E '^(tide-operator|-e )' > "$constraints"
-quiet "$VENV/bin/pip" install -c "$constraints" -e "$ROOT[serving,dev]"
+quiet "$VENV/bin/pip" install -c "$constraints" -e "$ROOT[serving,test]"
 "$VENV/bin/python" -c "import tide_serving, tide_contracts, vllm" >&2
 echo "$PROJECT_KEY" > "$STAMP"
 echo "$VENV"

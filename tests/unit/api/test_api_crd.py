@@ -16,7 +16,7 @@ from tide_operator.api.extra_args import OWNED_LONG_FLAGS, OWNED_SHORT_FLAGS, de
 REPO = Path(__file__).resolve().parents[3]
 COMMITTED = [
     REPO / "crds" / "tidedeployment.yaml",
-    REPO / "charts" / "tide-operator" / "crds" / "tidedeployment.yaml",
+    REPO / "charts" / "tide-operator" / "files" / "crds" / "tidedeployment.yaml",
 ]
 
 

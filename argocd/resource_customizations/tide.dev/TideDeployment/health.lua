@@ -1,0 +1,60 @@
+-- Argo CD health of a TideDeployment (tide.dev/v1alpha1).
+-- Healthy: Ready=True at the current generation, also while it collects, trains or canaries: that
+--   is normal operation and can last hours, so it must not hold sync waves.
+-- Degraded: the spec is invalid, credentials or GPU classes are missing, or Degraded=True.
+-- Progressing: no status yet, a spec change not yet observed, or replicas still starting.
+local hs = {}
+
+local function find(conditions, type_)
+  if conditions == nil then return nil end
+  for _, condition in ipairs(conditions) do
+    if condition.type == type_ then return condition end
+  end
+  return nil
+end
+
+-- Ready=False reasons that need a person, not time (tide_operator.api.conditions.Reason).
+local terminal = {InvalidSpec = true, MissingCredentials = true, NoMatchingGPUNodes = true}
+
+local status = obj.status
+if status == nil or status.conditions == nil then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator to report status"
+  return hs
+end
+
+local ready = find(status.conditions, "Ready")
+local degraded = find(status.conditions, "Degraded")
+local generation = obj.metadata.generation or 0
+local observed = status.observedGeneration or 0
+
+if status.phase == "Invalid" or (ready ~= nil and ready.status == "False" and terminal[ready.reason]) then
+  hs.status = "Degraded"
+  hs.message = (ready and (ready.reason .. ": " .. (ready.message or ""))) or "Invalid spec"
+  return hs
+end
+if degraded ~= nil and degraded.status == "True" then
+  hs.status = "Degraded"
+  hs.message = degraded.reason .. ": " .. (degraded.message or "")
+  return hs
+end
+if observed < generation then
+  hs.status = "Progressing"
+  hs.message = "Spec generation " .. generation .. " not yet observed (observed " .. observed .. ")"
+  return hs
+end
+if ready ~= nil and ready.status == "True" then
+  hs.status = "Healthy"
+  local parts = {status.phase or "Serving"}
+  if status.draft ~= nil and status.draft.current ~= nil then
+    table.insert(parts, "draft " .. status.draft.current)
+  end
+  if status.speculation ~= nil then
+    table.insert(parts, status.speculation.enabled and "speculation on" or "speculation off")
+  end
+  hs.message = table.concat(parts, ", ")
+  return hs
+end
+hs.status = "Progressing"
+hs.message = (ready and (ready.reason .. ": " .. (ready.message or ""))) or "Waiting for the Ready condition"
+return hs

@@ -1,0 +1,1 @@
+"""Observability assets generated from code: the Grafana dashboards of the chart."""

@@ -1,0 +1,59 @@
+"""Runs the Argo CD health check over its table (health_test.yaml, Argo CD's upstream format) with lupa
+(Lua 5.x, as Argo CD's gopher-lua is 5.1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+lupa = pytest.importorskip("lupa")
+
+REPO = Path(__file__).resolve().parents[3]
+CHECK_DIR = REPO / "argocd" / "resource_customizations" / "tide.dev" / "TideDeployment"
+HEALTH_LUA = (CHECK_DIR / "health.lua").read_text()
+TABLE = yaml.safe_load((CHECK_DIR / "health_test.yaml").read_text())["tests"]
+
+
+def health(obj: dict[str, Any]) -> dict[str, str]:
+    """Evaluate health.lua the way Argo CD does: `obj` is a global, the chunk returns a table."""
+    runtime = lupa.LuaRuntime(unpack_returned_tuples=True)
+    runtime.globals().obj = _to_lua(runtime, obj)
+    result = runtime.execute(HEALTH_LUA)
+    return {"status": result["status"], "message": result["message"]}
+
+
+def _to_lua(runtime: Any, value: Any) -> Any:
+    if isinstance(value, dict):
+        return runtime.table_from({k: _to_lua(runtime, v) for k, v in value.items()})
+    if isinstance(value, list):
+        return runtime.table_from([_to_lua(runtime, v) for v in value])
+    return value
+
+
+@pytest.mark.parametrize("case", TABLE, ids=[Path(c["inputPath"]).stem for c in TABLE])
+def test_health_table(case: dict[str, Any]) -> None:
+    obj = yaml.safe_load((CHECK_DIR / case["inputPath"]).read_text())
+    assert health(obj) == case["healthStatus"]
+
+
+def test_table_covers_every_lifecycle_phase_as_healthy() -> None:
+    from tide_operator.api.status import Phase
+
+    healthy = {yaml.safe_load((CHECK_DIR / c["inputPath"]).read_text())["status"]["phase"]
+               for c in TABLE if c["healthStatus"]["status"] == "Healthy"}
+    assert {Phase.SERVING, Phase.COLLECTING, Phase.TRAINING, Phase.CANARY} <= healthy
+
+
+def test_argocd_cm_snippet_carries_the_same_lua() -> None:
+    snippet = yaml.safe_load((REPO / "argocd" / "argocd-cm.yaml").read_text())
+    assert snippet["data"]["resource.customizations.health.tide.dev_TideDeployment"] == HEALTH_LUA
+
+
+def test_example_application_ignores_replicas_and_skips_dry_run() -> None:
+    docs = list(yaml.safe_load_all((REPO / "examples" / "argocd-application.yaml").read_text()))
+    crs = next(d for d in docs if d["metadata"]["name"] == "llm-chat")
+    assert "SkipDryRunOnMissingResource=true" in crs["spec"]["syncPolicy"]["syncOptions"]
+    assert crs["spec"]["ignoreDifferences"][0]["jsonPointers"] == ["/spec/inference/replicas"]
