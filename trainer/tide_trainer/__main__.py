@@ -1,0 +1,5 @@
+import sys
+
+from tide_trainer.cli import main
+
+sys.exit(main())

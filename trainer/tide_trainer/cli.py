@@ -1,0 +1,125 @@
+"""`python -m tide_trainer train`: the Job entrypoint. Arguments, environment and exit codes are a contract
+(docs/contracts/trainer-cli.md); the flags are generated from TrainConfig so they cannot drift from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, NoReturn, get_args
+
+import torch
+import torch.distributed as dist
+from pydantic import ValidationError
+
+from tide_contracts.shards import ShardError
+from tide_trainer.config import TrainConfig, load_config_file
+from tide_trainer.data import IncompatibleDataError, NoDataError
+from tide_trainer.run import run_training
+from tide_trainer.starting_point import IncompatibleDraftError
+from tide_trainer.storage import StorageError
+
+log = logging.getLogger("tide_trainer")
+# Kubernetes mounts this file into the container and shows its text in the Pod status after exit
+TERMINATION_LOG_ENV, TERMINATION_LOG = "TIDE_TERMINATION_LOG", "/dev/termination-log"
+
+
+class ExitCode(IntEnum):
+    OK = 0  # candidate uploaded (or exported locally when no registry is configured)
+    FAILED = 1  # unexpected error (a bug): traceback in the log
+    BAD_CONFIG = 2
+    NO_DATA = 3
+    BAD_DATA = 4
+    INCOMPATIBLE = 5
+    STORAGE = 6
+    NOT_BETTER = 7  # trained and evaluated, but did not beat the baseline: nothing uploaded
+
+
+_ERRORS: list[tuple[type[BaseException], ExitCode]] = [
+    (ShardError, ExitCode.BAD_DATA), (NoDataError, ExitCode.NO_DATA),
+    (IncompatibleDataError, ExitCode.INCOMPATIBLE), (IncompatibleDraftError, ExitCode.INCOMPATIBLE),
+    (StorageError, ExitCode.STORAGE),
+]
+
+
+class BadArguments(ValueError):
+    """argparse's complaint, raised instead of exiting so the summary line is still written."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise BadArguments(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m tide_trainer", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train a candidate draft from captured hidden states")
+    train.add_argument("--config", type=Path, help="YAML or JSON file of TrainConfig keys; flags override")
+    for name, field in TrainConfig.model_fields.items():
+        train.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=field.description)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    values: dict[str, Any] = load_config_file(args.config) if args.config else {}
+    for name, field in TrainConfig.model_fields.items():
+        raw = getattr(args, name)
+        if raw is not None:
+            values[name] = _parse_flag(raw, field.annotation)
+    return TrainConfig.model_validate(values)
+
+
+def _parse_flag(raw: str, annotation: Any) -> Any:
+    if list in (getattr(a, "__origin__", None) for a in (annotation, *get_args(annotation))):
+        return [int(x) for x in raw.strip("[]").split(",") if x.strip()]  # --aux-layer-ids 1,2,3
+    return raw  # pydantic converts numbers and checks literals
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = config_from_args(build_parser().parse_args(argv))
+    except (ValidationError, ValueError, OSError) as e:
+        log.error("bad config: %s", e)
+        return _finish(ExitCode.BAD_CONFIG, {"error": str(e)})
+    _init_distributed()
+    try:
+        outcome = run_training(cfg)
+    except tuple(cls for cls, _ in _ERRORS) as e:
+        code = next(c for cls, c in _ERRORS if isinstance(e, cls))
+        log.error("%s: %s", code.name.lower(), e)
+        return _finish(code, {"error": str(e)})
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    decision = outcome.report.get("decision", {})
+    code = ExitCode.OK if outcome.better or not outcome.report else ExitCode.NOT_BETTER
+    log.info("report %s: candidate %.3f vs %s %.3f -> %s", cfg.report_file,
+             decision.get("candidate_acceptance_length", float("nan")), decision.get("baseline"),
+             decision.get("baseline_acceptance_length", float("nan")), code.name)
+    return _finish(code, {"report": str(cfg.report_file), "candidate": outcome.candidate_uri, **decision})
+
+
+def _init_distributed() -> None:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
+
+def _finish(code: ExitCode, summary: dict[str, Any]) -> int:
+    """Print a one-line JSON summary and leave it where Kubernetes shows it to the operator."""
+    line = json.dumps({"exit_code": int(code), "result": code.name.lower(), **summary})
+    print(line, flush=True)
+    termination = Path(os.environ.get(TERMINATION_LOG_ENV, TERMINATION_LOG))
+    if termination.is_file():  # only where Kubernetes mounted it
+        try:
+            termination.write_text(line[:4000])  # the kubelet keeps 4 KiB
+        except OSError:
+            log.warning("could not write %s", termination)
+    return int(code)

@@ -1,0 +1,154 @@
+"""Build (once) and cache the tiny target: tokenizer, a few minutes of CPU training, HF-style export.
+
+The result lives outside the checkout under ${TIDE_CACHE:-~/.cache/tide}/models/<version>/ and holds
+config.json, model.safetensors (HF Llama names, bf16), tokenizer files and build.json (settings,
+losses, checksums). The build is deterministic for a given torch build and corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+
+from tide_trainer.tiny_target.corpus import CODE, DOMAINS, PROSE
+from tide_trainer.tiny_target.model import TinyLlama, TinyLlamaConfig
+from tide_trainer.tiny_target.tokenizer import EOS, save_tokenizer, tokenizer_hash, train_tokenizer
+
+log = logging.getLogger(__name__)
+VERSION = "tiny-llama-v1"
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    steps: int = 1200  # about 3 minutes on 2 CPU cores
+    batch_size: int = 16  # half code, half prose
+    seq_len: int = 128
+    lr: float = 3e-3  # cosine to 10% over the run, short warmup
+    warmup: int = 30
+    seed: int = 0
+
+
+def cache_dir(version: str = VERSION) -> Path:
+    return Path(os.environ.get("TIDE_CACHE", "~/.cache/tide")).expanduser() / "models" / version
+
+
+def ensure_tiny_target(version: str = VERSION, settings: BuildSettings | None = None) -> Path:
+    """The cached target directory, built first if absent (atomically: a half build is never used)."""
+    out = cache_dir(version)
+    if (out / "build.json").is_file():
+        return out
+    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    build(tmp, settings or BuildSettings())
+    if (out / "build.json").is_file():  # another process won the race
+        shutil.rmtree(tmp)
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def domain_tokens(tok: Tokenizer, texts: list[str]) -> torch.Tensor:
+    eos = tok.token_to_id(EOS)
+    ids: list[int] = []
+    for text in texts:
+        ids += [*tok.encode(text).ids, eos]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def get_lr(step: int, s: BuildSettings) -> float:
+    if step < s.warmup:  # 1) linear warmup
+        return s.lr * (step + 1) / s.warmup
+    progress = (step - s.warmup) / max(1, s.steps - s.warmup)  # 2) cosine down to 10%
+    return s.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
+
+
+def sample_batch(streams: list[torch.Tensor], s: BuildSettings, gen: torch.Generator) -> torch.Tensor:
+    rows = []
+    for b in range(s.batch_size):
+        stream = streams[b % len(streams)]
+        start = int(torch.randint(0, len(stream) - s.seq_len - 1, (1,), generator=gen))
+        rows.append(stream[start:start + s.seq_len + 1])
+    return torch.stack(rows)  # [B, T+1]
+
+
+@torch.no_grad()
+def held_out_loss(model: TinyLlama, stream: torch.Tensor, seq_len: int, windows: int = 16) -> float:
+    n = min(windows, (len(stream) - 1) // seq_len)
+    x = torch.stack([stream[i * seq_len:(i + 1) * seq_len + 1] for i in range(n)])
+    logits, _ = model(x[:, :-1])
+    return float(F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten()))
+
+
+def build(out_dir: Path, s: BuildSettings) -> dict[str, object]:
+    started = time.monotonic()
+    (code_train, code_eval), (prose_train, prose_eval) = CODE.split(), PROSE.split()
+    tok = train_tokenizer(code_train + prose_train)
+    cfg = TinyLlamaConfig()
+    train_streams = [domain_tokens(tok, code_train), domain_tokens(tok, prose_train)]
+    eval_streams = {"code": domain_tokens(tok, code_eval), "prose": domain_tokens(tok, prose_eval)}
+
+    torch.manual_seed(s.seed)
+    model = TinyLlama(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.1, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(s.seed)
+    for step in range(s.steps):
+        for group in opt.param_groups:
+            group["lr"] = get_lr(step, s)
+        batch = sample_batch(train_streams, s, gen)
+        logits, _ = model(batch[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == s.steps - 1:
+            log.info("tiny target step %d/%d loss %.3f", step + 1, s.steps, loss.item())
+
+    model.eval()
+    losses = {name: held_out_loss(model, stream, s.seq_len) for name, stream in eval_streams.items()}
+    return export_target(model, tok, out_dir, s, losses=losses, seconds=time.monotonic() - started)
+
+
+def export_target(model: TinyLlama, tok: Tokenizer, out_dir: Path, s: BuildSettings, *,
+                  losses: dict[str, float], seconds: float) -> dict[str, object]:
+    eos = tok.token_to_id(EOS)
+    weights = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    save_file(weights, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(model.c.hf_config(eos, "bfloat16"), indent=2) + "\n")
+    generation = {"bos_token_id": eos, "eos_token_id": eos}
+    (out_dir / "generation_config.json").write_text(json.dumps(generation) + "\n")
+    save_tokenizer(tok, out_dir, model.c.max_position_embeddings)
+    weights_hash = hashlib.sha256((out_dir / "model.safetensors").read_bytes()).hexdigest()
+    info: dict[str, object] = {
+        "version": VERSION, "revision": f"{VERSION}-{weights_hash[:12]}",
+        "tokenizer_hash": tokenizer_hash(out_dir), "settings": asdict(s),
+        "corpus": {name: d.fingerprint for name, d in DOMAINS.items()},
+        "held_out_loss": losses, "train_seconds": round(seconds, 1), "torch": torch.__version__,
+    }
+    (out_dir / "build.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def load_tiny_target(model_dir: Path) -> tuple[TinyLlama, Tokenizer, dict[str, object]]:
+    """The cached target as a float32 torch model, its tokenizer and build info."""
+    hf = json.loads((model_dir / "config.json").read_text())
+    fields = TinyLlamaConfig.__dataclass_fields__
+    model = TinyLlama(TinyLlamaConfig(**{k: v for k, v in hf.items() if k in fields}))
+    model.load_state_dict({k: v.float() for k, v in load_file(str(model_dir / "model.safetensors")).items()})
+    model.eval()
+    info = json.loads((model_dir / "build.json").read_text())
+    return model, Tokenizer.from_file(str(model_dir / "tokenizer.json")), info
