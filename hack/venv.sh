@@ -7,6 +7,8 @@ PYTHON="${PYTHON:-python3}"
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first and pinned: an unpinned range would make pip fetch a multi-GB CUDA build.
 .venv/bin/python -m pip install -q "${TIDE_TORCH_SPEC:-torch==2.13.0}"
-.venv/bin/python -m pip install -q -e ".[operator,trainer,serving,localcluster,cli,dev]"
+# Editable installs write build metadata into the checkout: one at a time (vllm-env.sh does the same).
+flock /tmp/tide-editable-install.lock \
+  .venv/bin/python -m pip install -q -e ".[operator,trainer,serving,localcluster,cli,dev]"
 .venv/bin/python -c "import tide_operator, tide_trainer, tide_serving, tide_contracts, tide_localcluster, torch"
 echo "venv ready: $(.venv/bin/python --version), torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
