@@ -1,5 +1,6 @@
-"""A stand-in for the vLLM OpenAI server: same command line, same routes, same metric names.
+"""A deterministic stand-in for the vLLM OpenAI server plus the TIDE serving plugin (docs/simulator.md).
 
-Used where a real engine is not the point (operator tests on the local control plane). It grows
-into the control loop's deterministic simulator (scenario-driven acceptance and load).
+Same command line, same routes, same metric names and labels as vLLM; the plugin's control routes
+and metrics from docs/contracts/serving-control.md; acceptance from a scenario (draft version x
+traffic domain), batch size from the load, shards in the trainer's format when capture is on.
 """

@@ -1,95 +1,184 @@
-"""The stand-in server: /health, /v1/models, /v1/completions and /metrics in vLLM's names."""
+"""The simulator's HTTP server: vLLM's OpenAI routes, /metrics and the plugin's control routes.
+
+    python -m tide_vllm_sim --model M --served-model-name chat --port 8000 \
+        --speculative-config '{"method":"eagle3","num_speculative_tokens":3}' --sim-scenario s.yaml
+"""
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
+import sys
 import threading
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import yaml
 
-@dataclass
-class EngineState:
-    served_model_name: str
-    speculative_config: dict[str, Any] | None
-    generation_tokens: int = 0
-    requests: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
+from tide_vllm_sim import control
+from tide_vllm_sim.args import ServerArgs, parse_args
+from tide_vllm_sim.capture import CaptureRecorder, CaptureSettings
+from tide_vllm_sim.drafts import DraftLoadError, promoted_source, verify_draft
+from tide_vllm_sim.engine import SimEngine
+from tide_vllm_sim.metrics import render
+from tide_vllm_sim.scenario import Scenario, load_scenario
 
-    def complete(self, max_tokens: int) -> None:
-        with self.lock:
-            self.requests += 1
-            self.generation_tokens += max_tokens
-
-    def metrics(self) -> str:
-        labels = f'model_name="{self.served_model_name}",engine="0"'
-        lines = [
-            "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{labels}}} 0",
-            "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{labels}}} 0",
-            "# TYPE vllm:generation_tokens_total counter",
-            f"vllm:generation_tokens_total{{{labels}}} {self.generation_tokens}",
-        ]
-        if self.speculative_config:
-            for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
-                metric = f"vllm:spec_decode_{name}_total"
-                lines += [f"# TYPE {metric} counter", f"{metric}{{{labels}}} 0"]
-        return "\n".join(lines) + "\n"
+DOMAIN_HEADER = "X-Tide-Domain"  # the traffic domain of one request (else the scenario's timeline)
+DOMAIN_FIELD = "tide_domain"  # the same, as a request body field
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """vLLM's own flags that matter here; every other flag is accepted and ignored, as a real server would use it."""
-    parser = argparse.ArgumentParser(prog="vllm-standin")
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--served-model-name", default=None)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--speculative-config", "-sc", default=None)
-    args, _unknown = parser.parse_known_args(argv)
-    return args
+def build_pod(args: ServerArgs) -> control.PodControl:
+    scenario = load_scenario(args.scenario, args.seed)
+    env = os.environ
+    target_revision = env.get("TIDE_TARGET_REVISION") or "unknown"
+    draft_version = (env.get("TIDE_DRAFT_VERSION") or "initial") if args.num_speculative_tokens else None
+    engine = SimEngine(scenario, num_speculative_tokens=args.num_speculative_tokens, draft_version=draft_version,
+                       max_num_seqs=args.max_num_seqs)
+    capture = CaptureRecorder(CaptureSettings.from_env(), scenario.capture, scenario.seed, target_revision)
+    engine.on_finished = capture.offer
+    runtime_control = bool(args.speculative_config) and "SpeculationSwitch" in (args.scheduler_cls or "")
+    pod = control.PodControl(engine=engine, capture=capture, model_name=args.served_model_name,
+                             target_revision=target_revision, runtime_control=runtime_control)
+    registry = env.get("TIDE_REGISTRY_URI")
+    if registry and draft_version is not None:
+        _load_promoted(pod, registry)
+    return pod
 
 
-def make_handler(state: EngineState) -> type[BaseHTTPRequestHandler]:
+def _load_promoted(pod: control.PodControl, registry: str) -> None:
+    """Serve the promoted draft from the start, as the plugin does (a warning if it cannot)."""
+    try:
+        source, version = promoted_source(registry)
+        pod.engine.draft_version = verify_draft(source, version, pod.target_revision)
+        pod.draft_source = source
+    except DraftLoadError as err:
+        pod.warnings.append(f"promoted draft not loaded, serving the launch draft: {err.message}")
+
+
+def prompt_tokens(request: dict[str, Any]) -> int:
+    """Whitespace words stand in for tokens (token id lists count as they are)."""
+    prompt = request.get("prompt", "")
+    if "messages" in request:
+        prompt = " ".join(str(m.get("content", "")) for m in request["messages"] if isinstance(m, dict))
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        return max(1, len(prompt))
+    if isinstance(prompt, list):
+        prompt = " ".join(map(str, prompt))
+    return max(1, len(str(prompt).split()))
+
+
+def complete(pod: control.PodControl, path: str, body: bytes, domain: str | None) -> tuple[int, dict[str, Any]]:
+    """Answer an OpenAI (chat) completion after the simulated generation time."""
+    try:
+        request = json.loads(body or b"{}")
+        max_tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 16)
+    except (ValueError, TypeError, AttributeError) as err:
+        return 400, {"object": "error", "message": f"invalid request: {err}", "code": 400}
+    n_prompt = prompt_tokens(request)
+    request_id, tokens, _ = pod.engine.complete(n_prompt, max(1, max_tokens), domain or request.get(DOMAIN_FIELD))
+    text = " tok" * tokens
+    chat = path.endswith("chat/completions")
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+    choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
+    return 200, {"id": request_id, "object": "chat.completion" if chat else "text_completion",
+                 "model": pod.model_name, "choices": [choice],
+                 "usage": {"prompt_tokens": n_prompt, "completion_tokens": tokens, "total_tokens": n_prompt + tokens}}
+
+
+def make_handler(pod: control.PodControl) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-        def _send(self, code: int, body: str, content_type: str = "application/json") -> None:
-            data = body.encode()
+        def _send(self, code: int, body: bytes | str | dict[str, Any], content_type: str = "application/json") -> None:
+            data = json.dumps(body).encode() if isinstance(body, dict) else body
+            data = data.encode() if isinstance(data, str) else data
             self.send_response(code)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
+        def _body(self) -> bytes:
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
         def do_GET(self) -> None:
-            if self.path == "/health":
-                self._send(200, "")
-            elif self.path == "/metrics":
-                self._send(200, state.metrics(), "text/plain; version=0.0.4")
-            elif self.path == "/v1/models":
-                self._send(200, json.dumps({"object": "list", "data": [{"id": state.served_model_name}]}))
+            path = self.path.split("?", 1)[0]
+            if path == "/health":
+                self._send(200, b"")
+            elif path == "/metrics":
+                self._send(200, render(pod), "text/plain; version=0.0.4; charset=utf-8")
+            elif path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": pod.model_name, "object": "model"}]})
+            elif control.is_control_route(path):
+                self._send(*control.handle(pod, "GET", path, dict(self.headers), b""))
             else:
-                self._send(404, json.dumps({"error": "not found"}))
+                self._send(404, {"error": f"no route GET {path}"})
 
         def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            request = json.loads(self.rfile.read(length) or b"{}")
-            if self.path != "/v1/completions":
-                self._send(404, json.dumps({"error": "not found"}))
-                return
-            max_tokens = int(request.get("max_tokens", 16))
-            state.complete(max_tokens)
-            self._send(200, json.dumps({"object": "text_completion", "model": state.served_model_name,
-                                        "choices": [{"index": 0, "text": " x" * max_tokens, "finish_reason": "length"}],
-                                        "usage": {"completion_tokens": max_tokens}}))
+            path, body = self.path.split("?", 1)[0], self._body()
+            if control.is_control_route(path):
+                self._send(*control.handle(pod, "POST", path, dict(self.headers), body))
+            elif path in ("/v1/completions", "/v1/chat/completions"):
+                self._send(*complete(pod, path, body, self.headers.get(DOMAIN_HEADER)))
+            else:
+                self._send(404, {"error": f"no route POST {path}"})
 
     return Handler
 
 
+class ScenarioWatcher:
+    """Re-reads the scenario file when it changes, so a test can shift every pod's traffic at once
+    (a bad edit keeps the running scenario and says why on stderr)."""
+
+    def __init__(self, path: str | None, seed: int | None) -> None:
+        self.path, self.seed = path, seed
+        self._stamp = self._mtime()
+
+    def _mtime(self) -> int | None:
+        try:
+            return os.stat(self.path).st_mtime_ns if self.path else None
+        except OSError:
+            return None
+
+    def changed(self) -> Scenario | None:
+        stamp = self._mtime()
+        if stamp is None or stamp == self._stamp:
+            return None
+        self._stamp = stamp
+        try:
+            return load_scenario(self.path, self.seed)
+        except (OSError, ValueError, yaml.YAMLError) as err:  # pydantic's ValidationError is a ValueError
+            print(f"tide_vllm_sim: scenario {self.path} not reloaded: {err}", file=sys.stderr, flush=True)
+            return None
+
+
+def run_ticker(pod: control.PodControl, stop: threading.Event, watcher: ScenarioWatcher | None = None) -> None:
+    """Background load, capture flushes and scenario reloads, every tick."""
+    while not stop.wait(pod.engine.scenario.engine.tick_seconds):
+        reloaded = watcher.changed() if watcher is not None else None
+        if reloaded is not None:
+            with pod.engine.lock:
+                pod.engine.scenario = reloaded
+        for finished in pod.engine.tick():
+            pod.capture.offer(finished)
+        pod.capture.flush_if_due()
+
+
 def serve(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    spec = json.loads(args.speculative_config) if args.speculative_config else None
-    state = EngineState(served_model_name=args.served_model_name or args.model, speculative_config=spec)
-    ThreadingHTTPServer((args.host, args.port), make_handler(state)).serve_forever()
+    pod = build_pod(args)
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(pod))
+    server.daemon_threads = True
+    stop = threading.Event()
+    watcher = ScenarioWatcher(args.scenario, args.seed)
+    threading.Thread(target=run_ticker, args=(pod, stop, watcher), daemon=True, name="sim-ticker").start()
+    print(f"tide_vllm_sim serving {pod.model_name} on {args.host}:{args.port} "
+          f"(draft {pod.engine.draft_version}, warnings {pod.warnings})", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        stop.set()
+        pod.capture.flush()

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+from moto.server import ThreadedMotoServer
+from sim_harness import SCENARIO, SCHEDULER, SPEC, TOKEN, RunningSim
+
+from tide_vllm_sim.args import parse_args
+from tide_vllm_sim.server import build_pod, make_handler
+
+
+@pytest.fixture
+def scenario_file(tmp_path: Path) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    return path
+
+
+@pytest.fixture
+def start_sim(scenario_file: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., RunningSim]]:
+    """Start the simulator's HTTP server in this process on a loopback port."""
+    servers: list[ThreadingHTTPServer] = []
+    monkeypatch.setenv("TIDE_CONTROL_TOKEN", TOKEN)
+    monkeypatch.setenv("TIDE_TARGET_REVISION", "rev-1")
+    monkeypatch.setenv("TIDE_POD_NAME", "sim-0")
+
+    def start(*extra: str, speculative: bool = True) -> RunningSim:
+        argv = ["--model", "tiny", "--served-model-name", "chat", "--host", "127.0.0.1", "--port", "0",
+                "--sim-scenario", str(scenario_file)]
+        if speculative:
+            argv += ["--speculative-config", SPEC, "--scheduler-cls", SCHEDULER]
+        argv += extra  # last wins, as in argparse
+        pod = build_pod(parse_args(argv))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(pod))
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        servers.append(server)
+        return RunningSim(pod, server)
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> object:
+    for key, value in {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "test",
+                       "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+                       "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(key, value)
+    return boto3.client("s3", endpoint_url=moto_endpoint)
