@@ -86,3 +86,27 @@ def _logs(state_dir: Path, namespace: str | None) -> list[tuple[str, str]]:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if "up_s" in PLANE_TIMINGS:
         terminalreporter.write_line(f"local control plane came up in {PLANE_TIMINGS['up_s']:.1f}s (binaries cached)")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A real S3 protocol server on loopback (moto's server mode); boto3 talks to it over HTTP."""
+    from moto.server import ThreadedMotoServer
+
+    from tide_localcluster.plane import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3(s3_endpoint: str) -> object:
+    import boto3
+
+    return boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1", aws_access_key_id="a",
+                        aws_secret_access_key="b")

@@ -65,6 +65,7 @@ class OperatorProcess:
         self.log = Path(plane.state_dir) / "logs" / "operator.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.port = free_port()
+        self.metrics_port = free_port()
 
     def start(self) -> OperatorProcess:
         config_file = Path(self.plane.state_dir) / "operator-config.yaml"
@@ -73,7 +74,7 @@ class OperatorProcess:
             config = {"prometheusUrl": self.plane.prometheus_url, **config}
         config_file.write_text(yaml.safe_dump(config))
         env = {**os.environ, "KUBECONFIG": self.plane.operator_kubeconfig, "TIDE_OPERATOR_CONFIG": str(config_file),
-               "PYTHONUNBUFFERED": "1"}
+               "TIDE_METRICS_PORT": str(self.metrics_port), "PYTHONUNBUFFERED": "1"}
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tide_operator", "--liveness", f"http://127.0.0.1:{self.port}/healthz"],

@@ -96,6 +96,27 @@ class Cluster:
         self._patch(kind, meta["namespace"], meta["name"], desired)
         return Applied(kind, meta["name"], "patched", tuple(drift))
 
+    def delete_job(self, namespace: str, name: str) -> None:
+        try:
+            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        items = self.batch.list_namespaced_job(namespace, label_selector=selector).items
+        return [self.api.sanitize_for_serialization(j) for j in items]
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        items = self.core.list_namespaced_pod(namespace, label_selector=selector).items
+        return [self.api.sanitize_for_serialization(p) for p in items]
+
+    def secret_data(self, namespace: str, name: str) -> dict[str, str]:
+        import base64
+
+        secret = self.core.read_namespaced_secret(name, namespace)
+        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
     # --- per-kind plumbing ---
     def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         reader = {"Deployment": self.apps.read_namespaced_deployment, "Service": self.core.read_namespaced_service,

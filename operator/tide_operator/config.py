@@ -52,6 +52,10 @@ class OperatorConfig(_ConfigModel):
     serving: ServingConfig = Field(default_factory=ServingConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     prometheus_url: str = "http://prometheus-operated.monitoring:9090"
+    prometheus_window_seconds: float = Field(default=60.0, gt=0, le=3600)
+    """Rate window of the acceptance and throughput queries; keep it >= 4 scrape intervals."""
+    prometheus_interval_seconds: float = Field(default=10.0, gt=0, le=3600)
+    """How long one snapshot of every deployment's metrics answers the handlers."""
     resync_interval_seconds: float = Field(default=30.0, gt=0, le=3600)
     """How often every TideDeployment is re-checked against its children (drift repair, status)."""
     gpu_classes: tuple[GpuClass, ...] = DEFAULT_CATALOG.gpu_classes

@@ -14,9 +14,12 @@ from typing import Any
 import kopf
 import yaml
 
+from tide_operator import metrics
 from tide_operator.api import GROUP, PLURAL, VERSION
+from tide_operator.artifacts import ArtifactsUnreachable, delete_deployment_artifacts
 from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig, load_operator_config
+from tide_operator.prometheus_adapter import AdapterConfig, PrometheusAdapters
 from tide_operator.reconcile import reconcile
 
 log = logging.getLogger(__name__)
@@ -30,6 +33,9 @@ def load_config() -> OperatorConfig:
 
 
 CONFIG = load_config()
+# One adapter per endpoint: deployments sharing a Prometheus share its queries.
+PROMETHEUS = PrometheusAdapters(AdapterConfig(window_s=CONFIG.prometheus_window_seconds,
+                                              interval_s=CONFIG.prometheus_interval_seconds))
 
 
 @kopf.on.startup()
@@ -42,6 +48,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.loggers = False  # Events are ours, one per decision, not one per log line
     settings.execution.max_workers = 4
     settings.watching.server_timeout = 300
+    if os.environ.get("TIDE_METRICS_PORT"):  # the chart sets it; local runs may leave it out
+        metrics.start_metrics_server()
 
 
 def adopt(body: kopf.Body) -> Any:
@@ -58,10 +66,14 @@ def adopt(body: kopf.Body) -> Any:
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile-on-spec-change")
 @kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.resync_interval_seconds, id="reconcile-resync")
 def reconcile_tide_deployment(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    result = reconcile(dict(body), Cluster(), CONFIG, adopt(body))
+    with metrics.reconcile_timer():
+        result = reconcile(dict(body), Cluster(), CONFIG, adopt(body), PROMETHEUS)
     write_status(patch, body.get("status") or {}, result.status)
+    metrics.observe_status(body.metadata.namespace or "", body.metadata.name or "", result.status)
     for note in result.events:
         kopf.event(body, type=note.type, reason=note.reason, message=note.message)
+        if note.action:
+            metrics.record_decision(note.action, note.reason, body.metadata.namespace or "", body.metadata.name or "")
     for applied in result.applied:
         if applied.action != "unchanged":
             log.info("%s %s %s %s", applied.action, applied.kind, applied.name, ", ".join(applied.drift))
@@ -75,3 +87,25 @@ def write_status(patch: kopf.Patch, old: dict[str, Any], new: dict[str, Any]) ->
     for key in old:
         if key not in new and key not in KOPF_STATUS_KEYS:
             patch.status[key] = None
+
+
+def _opted_in_to_artifact_deletion(spec: kopf.Spec, **_: Any) -> bool:
+    return bool(((spec.get("storage") or {}).get("s3") or {}).get("deleteArtifactsOnDelete"))
+
+
+# Only objects that opted in get this handler, and so the finalizer: by default S3 is kept and
+# deletion never waits on the operator.
+@kopf.on.delete(GROUP, VERSION, PLURAL, id="delete-artifacts", when=_opted_in_to_artifact_deletion)
+def delete_artifacts(body: kopf.Body, **_: Any) -> None:
+    try:
+        deleted = delete_deployment_artifacts(dict(body), Cluster())
+    except ArtifactsUnreachable as e:
+        # Retrying forever would block the namespace's deletion: say what is left behind.
+        kopf.event(body, type="Warning", reason="ArtifactsKept", message=str(e))
+        raise kopf.PermanentError(str(e)) from e
+    kopf.event(body, type="Normal", reason="ArtifactsDeleted", message=f"deleted {deleted} S3 objects")
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, id="forget-metrics", optional=True)
+def forget_metrics(body: kopf.Body, **_: Any) -> None:
+    metrics.forget(body.metadata.namespace or "", body.metadata.name or "")

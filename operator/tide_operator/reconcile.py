@@ -14,9 +14,11 @@ from typing import Any
 
 from tide_operator.api import SpecError, TideDeploymentSpec, TideDeploymentStatus, parse_spec
 from tide_operator.api.conditions import Reason
+from tide_operator.api.status import Phase
 from tide_operator.cluster import Applied, Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control.placement import Placement, PoolRequest, choose_pools
+from tide_operator.control_step import run_control
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.serving import (
     CONTROL_AUTH_KEY,
@@ -24,6 +26,7 @@ from tide_operator.manifests.serving import (
     build_serving_configmap,
     build_serving_deployment,
 )
+from tide_operator.prometheus_adapter import PrometheusAdapters
 from tide_operator.serving_status import EventNote, ServingObservation, StatusDraft, invalid, scheduled, serving
 from tide_operator.serving_status import unscheduled as mark_unscheduled
 
@@ -36,7 +39,7 @@ class PassResult:
 
 
 def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, adopt: Any,
-              now: datetime | None = None) -> PassResult:
+              adapters: PrometheusAdapters | None = None, now: datetime | None = None) -> PassResult:
     meta = body["metadata"]
     name, namespace, generation = meta["name"], meta["namespace"], int(meta.get("generation", 1))
     draft = StatusDraft(observed_status(body), generation, now or datetime.now(UTC))
@@ -65,6 +68,8 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
     serving(draft, ServingObservation(replicas=spec.inference.replicas,
                                       ready_replicas=int(observed.get("readyReplicas") or 0),
                                       selector=labels.serving_selector(name)))
+    if adapters is not None and draft.status.phase is Phase.SERVING:
+        run_control(name, namespace, spec, placement, draft, cluster, config, adopt, adapters)
     return _result(draft, applied)
 
 

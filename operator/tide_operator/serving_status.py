@@ -35,6 +35,7 @@ class EventNote:
     type: str  # Normal | Warning
     reason: str
     message: str
+    action: str = ""  # the control action behind it, for the decisions metric
 
 
 @dataclass

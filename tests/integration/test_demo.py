@@ -10,9 +10,9 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-def test_demo_runs_the_operator_story_and_cleans_up(tmp_path):
+def test_demo_runs_the_operator_story_and_cleans_up():
     done = subprocess.run([sys.executable, "-m", "tide_e2e.demo"], capture_output=True, text=True, timeout=280,
-                          check=False, env=None)
+                          check=False)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     for line in ("phase=Serving inference=H100 ready=2/2 training=MI250", "Service restored",

@@ -96,6 +96,13 @@ def test_apply_runs_vllm_on_h100_nodes_with_service_and_config(kube, namespace, 
     events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=chat").items
     assert any(e.reason == "ReplicasReady" for e in events)
 
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5) as r:
+        exported = r.read().decode()
+    assert "tide_operator_reconcile_duration_seconds_count" in exported
+    assert f'tide_operator_phase{{phase="Serving",tide_deployment="chat",tide_namespace="{namespace}"}} 1.0' in exported
+
 
 @pytest.mark.parametrize(("patch", "field"), [
     ({"inference": {"gpuClasses": ["TPU-v5"]}}, "spec.inference.gpuClasses"),
@@ -168,3 +175,52 @@ def test_deleting_the_tide_deployment_removes_its_children(kube, namespace, oper
              or None, "vLLM pods gone")
     assert not core.list_namespaced_service(namespace).items
     assert core.read_namespaced_secret("s3-creds", namespace)  # what the user made is left alone
+
+
+def test_scale_subresource_drives_the_vllm_replicas(kube, namespace, operator):
+    apply_td(kube, namespace)
+    objects, apps = client.CustomObjectsApi(kube), client.AppsV1Api(kube)
+    objects.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "chat", {"spec": {"replicas": 3}})
+
+    wait_for(lambda: apps.read_namespaced_deployment("chat-vllm", namespace).spec.replicas == 3,
+             "Deployment replicas to follow the scale subresource")
+    scale = wait_for(lambda: (s := objects.get_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL,
+                                                                               "chat"))["status"].get("replicas") == 3
+                     and s, "scale status replicas=3", timeout_s=90)
+    assert scale["status"]["selector"] == "app.kubernetes.io/component=inference,tide.dev/deployment=chat"
+
+
+def test_an_operator_restart_resumes_without_duplicates(kube, namespace, operator):
+    apply_td(kube, namespace)
+    apps, core = client.AppsV1Api(kube), client.CoreV1Api(kube)
+    before = {d.metadata.uid for d in apps.list_namespaced_deployment(namespace).items}
+
+    operator.stop(kill=True)  # no graceful shutdown: as if the node died
+    operator.start()
+    time.sleep(6)  # resume handlers and a few resyncs
+
+    assert {d.metadata.uid for d in apps.list_namespaced_deployment(namespace).items} == before
+    assert len(core.list_namespaced_service(namespace).items) == 1
+    assert len(core.list_namespaced_config_map(namespace, label_selector="tide.dev/deployment=chat").items) == 1
+    assert ready_td(kube, namespace, "chat") is not None
+
+
+@pytest.mark.parametrize("opt_in", [False, True])
+def test_s3_artifacts_are_kept_unless_the_spec_opts_in_to_deletion(kube, namespace, operator, s3, s3_endpoint,
+                                                                      opt_in):
+    bucket = f"tide-{namespace[-5:]}-{int(opt_in)}"
+    s3.create_bucket(Bucket=bucket)
+    spec = copy.deepcopy(SPEC)
+    spec["storage"]["s3"].update(bucket=bucket, endpoint=s3_endpoint, deleteArtifactsOnDelete=opt_in)
+    apply_td(kube, namespace, spec=spec)
+    for key in ("drafts/v1/model.safetensors", "promoted.json", "captures/shard-0.safetensors"):
+        s3.put_object(Bucket=bucket, Key=f"{namespace}/chat/{key}", Body=b"x")
+    s3.put_object(Bucket=bucket, Key="other-team/keep.json", Body=b"x")
+
+    client.CustomObjectsApi(kube).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "chat")
+    wait_for(lambda: not client.CustomObjectsApi(kube).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL)["items"] or None, "the TideDeployment to be gone")
+
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
+    assert "other-team/keep.json" in keys  # never anything outside the deployment's prefix
+    assert bool({k for k in keys if k.startswith(f"{namespace}/chat/")}) is not opt_in

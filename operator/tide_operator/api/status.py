@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, StringConstraints
 
@@ -105,3 +105,6 @@ class TideDeploymentStatus(StatusModel):
     """Label selector of the vLLM pods (the scale subresource's labelSelectorPath)."""
     replicas: int = Field(default=0, ge=0)
     """Observed vLLM replicas (the scale subresource's statusReplicasPath)."""
+    control_state: dict[str, Any] | None = None
+    """The control policy's own state (drift averages, lifecycle, dwell timers), opaque; kept in status
+    so that an operator restart resumes exactly where it was."""

@@ -1,0 +1,59 @@
+"""The typed spec's control knobs as the pure policy's parameters (seconds and fractions as numbers).
+
+A cost profile held in a ConfigMap is read by the caller and passed in as points; a spec without
+one uses the documented default profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tide_operator.api import TideDeploymentSpec
+from tide_operator.api.units import duration_seconds, quantity_bytes
+from tide_operator.control.canary import CanaryParams
+from tide_operator.control.cost_model import DEFAULT_PROFILE, CostProfile
+from tide_operator.control.drift import DriftParams
+from tide_operator.control.lifecycle import CaptureParams, TrainingParams
+from tide_operator.control.policy import PolicyParams
+from tide_operator.control.speculation import DecisionParams, SpeculationMode
+
+
+def policy_params(spec: TideDeploymentSpec, profile_points: Iterable[tuple[int, int, int]] | None = None,
+                  max_batch_size: int = 256) -> PolicyParams:
+    control = spec.control
+    points = profile_points
+    if points is None and control.cost_profile is not None and control.cost_profile.points:
+        points = [(p.batch_size, p.draft_cost_permille, p.verify_cost_percent) for p in control.cost_profile.points]
+    return PolicyParams(
+        target_revision=spec.target.revision,
+        speculation=SpeculationMode(control.speculation.value),
+        paused=control.paused,
+        draft_pin=control.draft_pin,
+        abort_canary=control.abort_canary,
+        adaptive_speculative_tokens=control.adaptive_speculative_tokens,
+        num_speculative_tokens=spec.draft.num_speculative_tokens,
+        max_batch_size=max_batch_size,
+        decision=DecisionParams(
+            speedup_margin_percent=control.decision.speedup_margin_percent,
+            hysteresis_percent=control.decision.hysteresis_percent,
+            min_dwell_s=duration_seconds(control.decision.min_dwell)),
+        drift=DriftParams(
+            short_half_life_s=duration_seconds(control.drift.short_half_life),
+            long_half_life_s=duration_seconds(control.drift.long_half_life),
+            threshold_percent=control.drift.threshold_percent, min_samples=control.drift.min_samples),
+        capture=CaptureParams(
+            enabled=control.capture.enabled, sampling_percent=control.capture.sampling_percent,
+            max_buffer_samples=control.capture.max_buffer_samples,
+            max_buffer_bytes=quantity_bytes(control.capture.max_buffer_bytes),
+            retention_s=duration_seconds(control.capture.retention)),
+        training=TrainingParams(
+            sample_threshold=control.training.sample_threshold,
+            backoff_s=duration_seconds(control.training.backoff), max_failures=control.training.max_failures),
+        canary=CanaryParams(
+            replicas=control.canary.replicas, analysis_window_s=duration_seconds(control.canary.analysis_window),
+            min_acceptance_length_gain_percent=control.canary.min_acceptance_length_gain_percent,
+            max_throughput_loss_percent=control.canary.max_throughput_loss_percent,
+            failure_limit=control.canary.failure_limit,
+            min_promotion_interval_s=duration_seconds(control.canary.min_promotion_interval)),
+        profile=CostProfile.from_spec_points(points) if points else DEFAULT_PROFILE,
+    )

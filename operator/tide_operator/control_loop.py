@@ -1,0 +1,135 @@
+"""One control pass per TideDeployment: observe, decide with the pure policy, act, report.
+
+The policy (control/policy.py) decides; this module only turns its actions into effects and its
+state into status. Effects are behind a small protocol (``Effects``) so the pass is tested with
+fakes and runs against the cluster, the serving pods and S3 through ``effects.ClusterEffects``.
+A failed effect is reported (Degraded) and retried on the next pass: the policy's state is only
+committed when every effect of the pass succeeded, so nothing is half-done and forgotten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from tide_operator.api.conditions import ConditionType, Reason, rfc3339
+from tide_operator.api.status import Decision, Phase, SpeculationStatus
+from tide_operator.control import actions as act
+from tide_operator.control.cost_model import expected_acceptance_length, practical_speedup
+from tide_operator.control.lifecycle import Phase as LifecyclePhase
+from tide_operator.control.policy import Observation, PolicyParams, PolicyState, decide
+from tide_operator.serving_status import EventNote, StatusDraft
+
+
+class EffectError(RuntimeError):
+    """An effect could not be carried out (a pod, S3 or the API refused); retried next pass."""
+
+
+class Effects(Protocol):
+    def set_speculation(self, action: act.SetSpeculation) -> None: ...
+    def set_capture(self, action: act.SetCapture) -> None: ...
+    def launch_training(self, action: act.LaunchTraining) -> None: ...
+    def cancel_training(self, action: act.CancelTraining) -> None: ...
+    def start_canary(self, action: act.StartCanary) -> None: ...
+    def promote(self, action: act.Promote) -> None: ...
+    def roll_back(self, action: act.RollBack) -> None: ...
+    def serve_draft(self, action: act.ServeDraft) -> None: ...
+    def invalidate(self, action: act.InvalidateArtifacts) -> None: ...
+
+
+def _dispatch(effects: Effects) -> dict[type, Callable[..., None]]:
+    return {
+        act.SetSpeculation: effects.set_speculation, act.SetCapture: effects.set_capture,
+        act.LaunchTraining: effects.launch_training, act.CancelTraining: effects.cancel_training,
+        act.StartCanary: effects.start_canary, act.Promote: effects.promote, act.RollBack: effects.roll_back,
+        act.ServeDraft: effects.serve_draft, act.InvalidateArtifacts: effects.invalidate,
+    }
+
+
+@dataclass(frozen=True)
+class SensorReading:
+    """The pass's observation, or why there is none (Prometheus or S3 unreachable)."""
+
+    observation: Observation | None
+    error: str | None = None
+
+
+def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReading, effects: Effects,
+                 now: float) -> PolicyState:
+    """Run the policy once; update ``draft`` (speculation, decision, conditions, phase); return the state kept."""
+    state = PolicyState.from_dict(draft.status.control_state) if draft.status.control_state else PolicyState()
+    if reading.observation is None:
+        # Decisions hold: nothing is switched on missing data, and status says why.
+        draft.condition(ConditionType.DEGRADED, True, Reason.PROMETHEUS_UNREACHABLE,
+                        reading.error or "no observation", warn=True)
+        return state
+    actions, new_state = decide(reading.observation, state, params, now)
+    failures = _carry_out(actions, effects)
+    if failures:
+        draft.condition(ConditionType.DEGRADED, True, Reason.STORAGE_UNREACHABLE, "; ".join(failures), warn=True)
+        return state  # retry the same decision next pass
+    draft.condition(ConditionType.DEGRADED, False, Reason.AS_EXPECTED, "observations and actions succeed")
+    _report(draft, actions, new_state, params, reading.observation, now)
+    return new_state
+
+
+def _carry_out(actions: list[act.Action], effects: Effects) -> list[str]:
+    table, failures = _dispatch(effects), []
+    for action in actions:
+        try:
+            table[type(action)](action)
+        except EffectError as e:
+            failures.append(f"{type(action).__name__}: {e}")
+            break  # later actions may depend on this one
+    return failures
+
+
+def _report(draft: StatusDraft, actions: list[act.Action], state: PolicyState, params: PolicyParams,
+            observation: Observation, now: float) -> None:
+    enabled = state.speculation.enabled
+    draft.condition(ConditionType.SPECULATION_ENABLED, enabled, state.speculation_reason or Reason.NO_DRAFT,
+                    state.speculation_message or state.speculation_reason or "no decision yet")
+    lifecycle = state.lifecycle
+    draft.condition(ConditionType.COLLECTING, lifecycle.capture_enabled,
+                    Reason.DRIFT_DETECTED if lifecycle.capture_enabled else Reason.CAPTURE_DISABLED,
+                    state.lifecycle_message or "capture state")
+    draft.condition(ConditionType.TRAINING, lifecycle.phase is LifecyclePhase.TRAINING, Reason.TRAINER_RUNNING
+                    if lifecycle.phase is LifecyclePhase.TRAINING else Reason.AS_EXPECTED,
+                    f"run {lifecycle.active_run}" if lifecycle.active_run else "no trainer Job running")
+    draft.condition(ConditionType.PROMOTING, lifecycle.phase is LifecyclePhase.CANARY, Reason.CANARY_RUNNING
+                    if lifecycle.phase is LifecyclePhase.CANARY else Reason.AS_EXPECTED,
+                    f"canary of {lifecycle.candidate}" if lifecycle.candidate else "no canary")
+    draft.update(speculation=_speculation_status(state, params, observation), control_state=state.to_dict())
+    if actions:
+        last = actions[-1]
+        draft.update(last_decision=Decision(time=rfc3339(draft.now), action=type(last).__name__,
+                                            reason=last.reason or "Decided", message=last.message or None))
+        for action in actions:
+            draft.events.append(_event(action))
+    if draft.status.phase in (Phase.SERVING, *_LIFECYCLE_PHASES.values()):
+        draft.update(phase=_LIFECYCLE_PHASES.get(lifecycle.phase, Phase.SERVING))
+
+
+_LIFECYCLE_PHASES = {LifecyclePhase.COLLECTING: Phase.COLLECTING, LifecyclePhase.TRAINING: Phase.TRAINING,
+                     LifecyclePhase.EVALUATING: Phase.EVALUATING, LifecyclePhase.CANARY: Phase.CANARY}
+
+
+def _speculation_status(state: PolicyState, params: PolicyParams, observation: Observation) -> SpeculationStatus:
+    a, batch = state.acceptance_estimate, observation.batch_size
+    g = params.num_speculative_tokens if state.speculation.enabled else 0
+    speedup = None
+    if a is not None and batch is not None and g:
+        speedup = round(100 * practical_speedup(a, g, max(batch, 1.0), params.profile))
+    length = observation.acceptance_length
+    if length is None and a is not None and g:
+        length = expected_acceptance_length(a, g)
+    return SpeculationStatus(enabled=state.speculation.enabled, num_speculative_tokens=g,
+                             modelled_speedup_percent=speedup,
+                             acceptance_length_milli=round(1000 * length) if length is not None else None)
+
+
+def _event(action: act.Action) -> EventNote:
+    kind = "Warning" if isinstance(action, act.RollBack) else "Normal"
+    name = type(action).__name__
+    return EventNote(kind, action.reason or name, f"{name}: {action.message}", action=name)

@@ -1,0 +1,88 @@
+"""Assemble one control pass for a serving TideDeployment: sensors, fleet, registry, effects.
+
+Runs at most once per spec.control.interval (the resync timer may be faster), so decisions and
+their status writes follow the control interval, not the drift-repair cadence. The time of the
+last run is kept in memory, not in status: a status write per interval would make every pass a
+write even when nothing changed; after an operator restart the first pass simply runs at once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import boto3
+from botocore.config import Config as BotoConfig
+
+from tide_contracts.registry import DraftRegistry
+from tide_operator.api import TideDeploymentSpec
+from tide_operator.api.spec_control import ServerSideEncryption
+from tide_operator.api.units import duration_seconds
+from tide_operator.cluster import Cluster
+from tide_operator.config import OperatorConfig
+from tide_operator.control.placement import Placement
+from tide_operator.control.policy import PolicyState
+from tide_operator.control.spec_params import policy_params
+from tide_operator.control_loop import SensorReading, control_pass
+from tide_operator.effects import ClusterEffects
+from tide_operator.fleet import Fleet, ServingPod
+from tide_operator.manifests import labels, names
+from tide_operator.manifests.pod import registry_prefix
+from tide_operator.manifests.serving import CONTROL_AUTH_KEY
+from tide_operator.prometheus_adapter import PrometheusAdapters
+from tide_operator.sensors import read_sensors
+from tide_operator.serving_status import StatusDraft
+
+_LAST_RUN: dict[tuple[str, str], float] = {}
+
+
+def due(namespace: str, name: str, spec: TideDeploymentSpec, now_s: float) -> bool:
+    last = _LAST_RUN.get((namespace, name))
+    return last is None or now_s - last >= duration_seconds(spec.control.interval)
+
+
+def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement, draft: StatusDraft,
+                cluster: Cluster, config: OperatorConfig, adopt: Any, adapters: PrometheusAdapters) -> None:
+    now_s = time.time()
+    if not due(namespace, name, spec, now_s):
+        return
+    _LAST_RUN[(namespace, name)] = now_s
+    stored = draft.status.control_state
+    state = PolicyState.from_dict(stored) if stored else PolicyState()
+    registry = make_registry(name, namespace, spec, cluster)
+    fleet = make_fleet(name, namespace, spec, cluster)
+    prometheus = adapters.for_endpoint(spec.prometheus.url or config.prometheus_url)
+    reading = read_sensors(name, namespace, spec, state, prometheus, registry, cluster)
+    effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
+    control_pass(draft, policy_params(spec), reading, effects, now_s)
+
+
+def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: Cluster) -> DraftRegistry:
+    s3 = spec.storage.s3
+    credentials = cluster.secret_data(namespace, s3.credentials_secret) if s3.credentials_secret else {}
+    client = boto3.client(
+        "s3", endpoint_url=s3.endpoint, region_name=s3.region or "us-east-1",
+        aws_access_key_id=credentials.get("AWS_ACCESS_KEY_ID"),
+        aws_secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
+        config=BotoConfig(s3={"addressing_style": "path"} if s3.endpoint else {}, connect_timeout=5,
+                          read_timeout=30, retries={"max_attempts": 2}))
+    encryption = spec.control.capture.server_side_encryption
+    return DraftRegistry(client, s3.bucket, registry_prefix(name, namespace, s3),
+                         sse=None if encryption is ServerSideEncryption.NONE else encryption.value,
+                         kms_key_id=spec.control.capture.kms_key_id)
+
+
+def make_fleet(name: str, namespace: str, spec: TideDeploymentSpec, cluster: Cluster) -> Fleet:
+    pods = [ServingPod(p["metadata"]["name"], (p.get("status") or {}).get("podIP", ""), _ready(p))
+            for p in cluster.pods(namespace, labels.serving_selector(name))
+            if not p["metadata"].get("deletionTimestamp")]
+    token = cluster.secret_data(namespace, names.control_token_secret_name(name)).get(CONTROL_AUTH_KEY, "")
+    return Fleet(pods, spec.inference.port, token)
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions", []))
+
+
+__all__ = ["SensorReading", "due", "run_control"]

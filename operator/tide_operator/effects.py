@@ -1,0 +1,122 @@
+"""Carry out the policy's actions on the cluster, the serving pods and the S3 draft registry.
+
+Each method is one action; any failure becomes an EffectError so the control pass keeps its old
+state and retries. Promotion order keeps the pointer honest: the registry promotes (verified
+copy, conditional pointer write) before any pod loads the new version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+from kubernetes.client.rest import ApiException
+
+from tide_contracts.registry import DraftRegistry, RegistryError
+from tide_operator.api import TideDeploymentSpec
+from tide_operator.cluster import Cluster
+from tide_operator.config import OperatorConfig
+from tide_operator.control import actions as act
+from tide_operator.control.placement import Placement
+from tide_operator.control_loop import EffectError
+from tide_operator.fleet import Fleet
+from tide_operator.manifests import names
+from tide_operator.manifests.pod import s3_uri
+from tide_operator.manifests.trainer import build_trainer_job
+
+STORAGE_ERRORS = (RegistryError, ClientError, BotoCoreError, OSError)
+
+
+@dataclass
+class ClusterEffects:
+    name: str
+    namespace: str
+    spec: TideDeploymentSpec
+    placement: Placement
+    config: OperatorConfig
+    cluster: Cluster
+    fleet: Fleet
+    registry: DraftRegistry
+    adopt: Any
+
+    def set_speculation(self, action: act.SetSpeculation) -> None:
+        # Serving contract v1 switches speculation on or off; a per-batch-size table the policy may
+        # compute (adaptiveSpeculativeTokens) is not carried to the pods yet, so they keep g fixed.
+        self.fleet.set_speculation(action.enabled)
+
+    def set_capture(self, action: act.SetCapture) -> None:
+        capture = self.spec.control.capture
+        destination = s3_uri(self.name, self.namespace, self.spec.storage.s3, "captures") + "/"
+        self.fleet.set_capture(action.enabled, capture.sampling_percent / 100, destination if action.enabled else None)
+
+    def launch_training(self, action: act.LaunchTraining) -> None:
+        pointer = self._promoted_pointer()
+        parent = s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", pointer) if pointer else None
+        try:
+            job = build_trainer_job(self.name, self.namespace, self.spec, self.placement, run_id=action.run_id,
+                                    operator_config=self.config, parent_draft=parent)
+            self.cluster.create_if_absent(self.adopt(job))  # deterministic name: a restart adopts, never repeats
+        except (ValueError, ApiException) as e:
+            raise EffectError(f"trainer Job {action.run_id}: {e}") from e
+
+    def cancel_training(self, action: act.CancelTraining) -> None:
+        try:
+            self.cluster.delete_job(self.namespace, names.trainer_job_name(self.name, action.run_id))
+        except ApiException as e:
+            raise EffectError(f"cancel trainer Job {action.run_id}: {e.reason}") from e
+
+    def start_canary(self, action: act.StartCanary) -> None:
+        source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "candidates", action.candidate)
+        self.fleet.load_draft(source, None, self.canary_pods(action.replicas))
+
+    def promote(self, action: act.Promote) -> None:
+        try:
+            pointer = self.registry.promote(action.candidate, target_revision=self.spec.target.revision,
+                                            tokenizer_hash=None, now=datetime.now(UTC), reason=action.message)
+        except STORAGE_ERRORS as e:
+            raise EffectError(f"promote {action.candidate}: {e}") from e
+        self.fleet.load_draft(s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", pointer.version),
+                              pointer.version)
+
+    def roll_back(self, action: act.RollBack) -> None:
+        try:
+            self.registry.record_rejection(action.candidate, now=datetime.now(UTC), reason=action.message)
+        except STORAGE_ERRORS as e:
+            raise EffectError(f"record rollback of {action.candidate}: {e}") from e
+        self._serve(self._promoted_pointer(), self.canary_pods(self.spec.control.canary.replicas))
+
+    def serve_draft(self, action: act.ServeDraft) -> None:
+        if action.version is None:
+            self.fleet.set_speculation(False)
+            return
+        self._serve(action.version, None)
+
+    def invalidate(self, action: act.InvalidateArtifacts) -> None:
+        # Captures and candidates of another target revision are ignored by every reader (the
+        # trainer and the registry check the revision); deleting them is left to retention.
+        return
+
+    def canary_pods(self, replicas: int) -> list[Any]:
+        ready = sorted((p for p in self.fleet.pods if p.ready), key=lambda p: p.name)
+        return ready[:replicas]
+
+    def _serve(self, version: str | None, pods: list[Any] | None) -> None:
+        if version is None:
+            source = self.spec.draft.initial
+            if source is None:
+                self.fleet.set_speculation(False)
+                return
+            self.fleet.load_draft(source, None, pods)
+            return
+        self.fleet.load_draft(s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", version), version, pods)
+
+    def _promoted_pointer(self) -> str | None:
+        try:
+            pointer, _ = self.registry.promoted()
+        except STORAGE_ERRORS as e:
+            raise EffectError(f"read promoted pointer: {e}") from e
+        if pointer is None or pointer.target_revision != self.spec.target.revision:
+            return None
+        return pointer.version

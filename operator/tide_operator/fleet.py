@@ -1,0 +1,72 @@
+"""The vLLM pods of one TideDeployment, driven through the serving plugin's control routes.
+
+Pods are reached by pod IP on the serving port (the NetworkPolicy lets only the operator in),
+authenticated with the per-deployment token from the control Secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tide_contracts.serving_control import (
+    CaptureRequest,
+    DraftLoadRequest,
+    ServingControlClient,
+    ServingControlError,
+    ServingStatus,
+    SpeculationRequest,
+)
+from tide_operator.control_loop import EffectError
+
+ClientFactory = Callable[[str, str], Any]
+
+
+@dataclass(frozen=True)
+class ServingPod:
+    name: str
+    ip: str
+    ready: bool
+
+
+class Fleet:
+    def __init__(self, pods: Sequence[ServingPod], port: int, token: str,
+                 client_factory: ClientFactory = ServingControlClient) -> None:
+        self.pods = [p for p in pods if p.ip]
+        self.port, self.token, self._client = port, token, client_factory
+
+    def client(self, pod: ServingPod) -> Any:
+        return self._client(f"http://{pod.ip}:{self.port}", self.token)
+
+    def _each(self, what: str, call: Callable[[Any], Any], pods: Sequence[ServingPod] | None = None) -> None:
+        """Call every (ready) pod; one failure fails the effect, naming each pod and why."""
+        failures = []
+        for pod in pods if pods is not None else [p for p in self.pods if p.ready]:
+            try:
+                call(self.client(pod))
+            except (ServingControlError, OSError) as e:
+                failures.append(f"{pod.name}: {e}")
+        if failures:
+            raise EffectError(f"{what} failed on {len(failures)} pod(s): " + "; ".join(failures))
+
+    def set_speculation(self, enabled: bool) -> None:
+        self._each("speculation " + ("on" if enabled else "off"),
+                   lambda c: c.set_speculation(SpeculationRequest(enabled=enabled)))
+
+    def set_capture(self, enabled: bool, sampling_rate: float | None, destination: str | None) -> None:
+        request = CaptureRequest(enabled=enabled, sampling_rate=sampling_rate, destination=destination)
+        self._each("capture " + ("on" if enabled else "off"), lambda c: c.set_capture(request))
+
+    def load_draft(self, source: str, version: str | None, pods: Sequence[ServingPod] | None = None) -> None:
+        request = DraftLoadRequest(source=source, version=version)
+        self._each(f"loading draft {version or source}", lambda c: c.load_draft(request), pods)
+
+    def statuses(self) -> dict[str, ServingStatus | None]:
+        out: dict[str, ServingStatus | None] = {}
+        for pod in self.pods:
+            try:
+                out[pod.name] = self.client(pod).status()
+            except (ServingControlError, OSError):
+                out[pod.name] = None
+        return out

@@ -1,0 +1,75 @@
+"""What a control pass observes: Prometheus (acceptance, load), S3 (pointer, buffer), trainer Jobs.
+
+Composes the policy's Observation. Prometheus or S3 being unreachable is a reading with an error
+(the pass then holds its decisions and reports Degraded), never a made-up number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from tide_contracts.registry import DraftRegistry
+from tide_operator.api import TideDeploymentSpec
+from tide_operator.cluster import Cluster
+from tide_operator.control.lifecycle import Phase as LifecyclePhase
+from tide_operator.control.lifecycle import TrainingObservation, TrainingStatus
+from tide_operator.control.policy import PolicyState
+from tide_operator.control_loop import SensorReading
+from tide_operator.effects import STORAGE_ERRORS
+from tide_operator.manifests import labels, names
+from tide_operator.prometheus_adapter import PrometheusAdapter, PrometheusUnavailable
+from tide_operator.prometheus_adapter_metrics import observation
+from tide_operator.prometheus_adapter_queries import DeploymentKey
+
+INITIAL_VERSION = "initial"  # what the serving plugin reports for the draft a pod was launched with
+
+
+def read_sensors(name: str, namespace: str, spec: TideDeploymentSpec, state: PolicyState,
+                 prometheus: PrometheusAdapter, registry: DraftRegistry, cluster: Cluster) -> SensorReading:
+    try:
+        metrics = prometheus.deployment(DeploymentKey(namespace, name))
+    except PrometheusUnavailable as e:
+        return SensorReading(None, str(e))
+    try:
+        served = served_version(registry, spec)
+        buffer_samples = sum(c.samples for c in registry.list_captures())
+        training = trainer_outcome(name, namespace, state, cluster, registry)
+    except STORAGE_ERRORS as e:
+        return SensorReading(None, f"S3 {spec.storage.s3.bucket}: {e}")
+    lifecycle = state.lifecycle
+    candidate = lifecycle.candidate if lifecycle.phase is LifecyclePhase.CANARY else None
+    seen = observation(metrics, served_version=served, candidate_version=candidate)
+    return SensorReading(replace(seen, promoted_version=served, buffer_samples=buffer_samples, training=training))
+
+
+def served_version(registry: DraftRegistry, spec: TideDeploymentSpec) -> str | None:
+    """The promoted version for this target revision, else the launch draft, else none."""
+    pointer, _ = registry.promoted()
+    if pointer is not None and pointer.target_revision == spec.target.revision:
+        return pointer.version
+    return INITIAL_VERSION if spec.draft.initial else None
+
+
+def trainer_outcome(name: str, namespace: str, state: PolicyState, cluster: Cluster,
+                    registry: DraftRegistry) -> TrainingObservation | None:
+    run = state.lifecycle.active_run
+    if run is None:
+        return None
+    job = next(iter(cluster.jobs(namespace, f"{labels.TRAINING_RUN_LABEL}={run}")), None)
+    if job is None or job["metadata"]["name"] != names.trainer_job_name(name, run):
+        return TrainingObservation(run, TrainingStatus.MISSING)
+    status = job.get("status") or {}
+    if status.get("failed"):
+        return TrainingObservation(run, TrainingStatus.FAILED)
+    if not status.get("succeeded"):
+        return TrainingObservation(run, TrainingStatus.RUNNING)
+    return _evaluated(run, registry)
+
+
+def _evaluated(run: str, registry: DraftRegistry) -> TrainingObservation:
+    manifest = registry.candidate_manifest(run)
+    decision: dict[str, Any] = manifest.eval
+    return TrainingObservation(run, TrainingStatus.SUCCEEDED,
+                               candidate_acceptance_length=decision.get("candidate_acceptance_length"),
+                               served_acceptance_length=decision.get("baseline_acceptance_length"))
