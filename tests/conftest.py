@@ -93,20 +93,22 @@ def s3_endpoint() -> Iterator[str]:
     """A real S3 protocol server on loopback (moto's server mode); boto3 talks to it over HTTP."""
     from moto.server import ThreadedMotoServer
 
-    from tide_localcluster.plane import free_port
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
+    host, port = server.get_host_and_port()
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://{host}:{port}"
     finally:
         server.stop()
 
 
 @pytest.fixture
-def s3(s3_endpoint: str) -> object:
+def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> object:
+    """A boto3 client on the loopback S3 server, with the environment boto3 users in the test read."""
     import boto3
 
-    return boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1", aws_access_key_id="a",
-                        aws_secret_access_key="b")
+    for key, value in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "test",
+                       "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+                       "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(key, value)
+    return boto3.client("s3", endpoint_url=s3_endpoint)

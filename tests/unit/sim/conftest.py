@@ -5,10 +5,8 @@ from collections.abc import Callable, Iterator
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-import boto3
 import pytest
 import yaml
-from moto.server import ThreadedMotoServer
 from sim_harness import SCENARIO, SCHEDULER, SPEC, TOKEN, RunningSim
 
 from tide_vllm_sim.args import parse_args
@@ -49,19 +47,3 @@ def start_sim(scenario_file: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         server.server_close()
 
 
-@pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def s3(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> object:
-    for key, value in {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "test",
-                       "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
-                       "AWS_EC2_METADATA_DISABLED": "true"}.items():
-        monkeypatch.setenv(key, value)
-    return boto3.client("s3", endpoint_url=moto_endpoint)
