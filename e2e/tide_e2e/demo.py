@@ -3,14 +3,16 @@
 Starts the plane (etcd, kube-apiserver, controller-manager, scheduler, fake H100/MI250/CPU nodes,
 the process kubelet, Prometheus), installs the CRD and RBAC, runs the operator as its own user,
 applies examples/local-tidedeployment.yaml and shows what the operator does: GPU pools chosen,
-vLLM pods placed and Ready, Prometheus scraping them, drift repaired, a bad spec refused without
-touching what runs. Ctrl-C or the end leaves nothing running.
+vLLM pods placed and Ready, Prometheus scraping them, speculation switched on and off as load
+moves (decided from live Prometheus data), drift repaired, a bad spec refused without touching
+what runs. Ctrl-C or the end leaves nothing running.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import logging
 import sys
 import tempfile
 import time
@@ -18,8 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import boto3
 import yaml
 from kubernetes import client
+from moto.server import ThreadedMotoServer
 
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 from tide_localcluster import binaries, plane
@@ -28,6 +32,14 @@ from tide_localcluster.paths import DEFAULT_POOLS, REPO_ROOT
 from tide_operator.api import GROUP, PLURAL, VERSION
 
 EXAMPLE = REPO_ROOT / "examples" / "local-tidedeployment.yaml"
+SHOWN_CONDITIONS = ("Ready", "SpeculationEnabled", "Degraded")
+ACCEPTANCE = 0.6  # the stand-in's draft: per-token acceptance on the demo's traffic
+
+
+def traffic(background_running: int) -> dict[str, Any]:
+    """The stand-in's scenario: its draft's acceptance and the load it sees (requests running)."""
+    return {"seed": 1, "acceptance": {"initial": {"general": ACCEPTANCE}},
+            "timeline": [{"at_s": 0, "domain": "general", "background_running": background_running}]}
 T = TypeVar("T")
 STARTED = time.monotonic()
 
@@ -47,12 +59,13 @@ def wait(probe: Callable[[], T | None], what: str, timeout_s: float = 120) -> T:
 
 
 class Demo:
-    def __init__(self, info: plane.PlaneInfo) -> None:
-        self.info = info
+    def __init__(self, info: plane.PlaneInfo, s3_endpoint: str, scenario: Path) -> None:
+        self.info, self.scenario = info, scenario
         self.api = api_client(info)
         self.core, self.apps = client.CoreV1Api(self.api), client.AppsV1Api(self.api)
         self.objects = client.CustomObjectsApi(self.api)
         self.manifest = yaml.safe_load(EXAMPLE.read_text())
+        self.manifest["spec"]["storage"]["s3"]["endpoint"] = s3_endpoint
         self.ns, self.name = self.manifest["metadata"]["namespace"], self.manifest["metadata"]["name"]
         self._last_line = ""
 
@@ -61,7 +74,8 @@ class Demo:
 
     def show_status(self) -> dict[str, Any]:
         status = self.td().get("status") or {}
-        conditions = " ".join(f"{c['type']}={c['status']}({c['reason']})" for c in status.get("conditions", []))
+        conditions = " ".join(f"{c['type']}={c['status']}({c['reason']})" for c in status.get("conditions", [])
+                              if c["type"] in SHOWN_CONDITIONS)
         pool = status.get("inferencePool") or {}
         line = (f"phase={status.get('phase', '-')} inference={pool.get('gpuClass', '-')} "
                 f"ready={pool.get('replicasReady', 0)}/{pool.get('replicas', 0)} "
@@ -98,6 +112,23 @@ class Demo:
              "Prometheus targets for the vLLM pods", timeout_s=30)
         say(f"  Prometheus ({self.info.prometheus_url}) scrapes {len(pods)} vLLM pods via file_sd")
 
+    def speculation(self) -> None:
+        interval = self.manifest["spec"]["control"]["interval"]
+        say(f"The control loop reads acceptance and load from Prometheus every {interval}:")
+
+        def decided(enabled: bool) -> dict[str, Any] | None:
+            status = self.show_status()
+            spec = status.get("speculation") or {}
+            return status if spec.get("enabled") is enabled and "modelledSpeedupPercent" in spec else None
+
+        for load, enabled in ((4, True), (256, False), (4, True)):
+            self.scenario.write_text(yaml.safe_dump(traffic(load)))
+            status = wait(lambda e=enabled: decided(e), f"speculation {'on' if enabled else 'off'}", timeout_s=180)
+            spec, last = status["speculation"], status.get("lastDecision") or {}
+            say(f"  {load} requests running: speculation {'ON' if enabled else 'OFF'} "
+                f"(acceptance length {spec.get('acceptanceLengthMilli', 0) / 1000:.2f}, modelled speedup "
+                f"{spec['modelledSpeedupPercent'] / 100:.2f}x; {last.get('reason', '-')})")
+
     def drift(self) -> None:
         say("Someone deletes the vLLM Service by hand; the operator's next pass puts it back:")
         self.core.delete_namespaced_service(f"{self.name}-vllm", self.ns)
@@ -125,25 +156,42 @@ def run(state_dir: Path) -> None:
     binaries.ensure_built()
     say("Starting etcd, kube-apiserver, controller-manager, scheduler, fake GPU nodes, process kubelet, Prometheus")
     info = plane.up(state_dir, DEFAULT_POOLS)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request access log
+    s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     operator = None
     try:
-        say(f"Control plane up; KUBECONFIG={info.kubeconfig}")
-        demo = Demo(info)
+        s3.start()
+        host, port = s3.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="demo",
+                     aws_secret_access_key="demo").create_bucket(Bucket="tide")  # noqa: S106 (loopback moto)
+        say(f"Control plane up; KUBECONFIG={info.kubeconfig}; S3 (moto) at {endpoint}")
+        scenario = state_dir / "traffic.yaml"
+        scenario.write_text(yaml.safe_dump(traffic(4)))
+        demo = Demo(info, endpoint, scenario)
         demo.nodes()
         install_crd(demo.api)
         grant_operator_rbac(demo.api)
-        operator = OperatorProcess(info).start()
+        operator = OperatorProcess(info, demo_operator_config(scenario)).start()
         say(f"Operator running as user tide-operator (least-privilege ClusterRole); log: {operator.log}")
         demo.apply()
         demo.pods()
+        demo.speculation()
         demo.drift()
         demo.bad_spec()
-        say("Done. The control loop (speculation, collection, training, canary) joins this demo as it lands.")
+        say("Done. Next to join this demo: collection, training on the MI250 pool, canary and promotion.")
     finally:
         if operator is not None:
             operator.stop()
+        s3.stop()
         plane.down(state_dir)
         say("Everything stopped and removed.")
+
+
+def demo_operator_config(scenario: Path) -> dict[str, Any]:
+    """The chart's defaults, with vLLM pods running the stand-in and short windows for a short demo."""
+    return {"resyncIntervalSeconds": 2, "prometheusWindowSeconds": 8, "prometheusIntervalSeconds": 2,
+            "serving": {"command": [sys.executable, "-m", "tide_vllm_sim", "--sim-scenario", str(scenario)]}}
 
 
 def main(argv: list[str] | None = None) -> int:
