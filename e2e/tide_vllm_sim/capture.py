@@ -4,10 +4,17 @@ trainer's real schema: tide_contracts.shards) written to S3 under <destination>/
 Sampling is per request and deterministic: request r is captured when a hash of (seed, r) falls
 under the sampling rate. Tensors come from a generator seeded the same way, so the same scenario,
 seed and requests write the same rows.
+
+The rows are learnable, so the real trainer can turn them into a better draft: the simulated
+"target" walks a fixed permutation of the vocabulary (the next token is a function of the current
+one) and its auxiliary hidden states are noisy fixed projections of the current token. The
+"target" (permutation and projections) depends only on the capture model's shape and tokenizer
+hash, like a real target, not on the scenario's seed or the request.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import socket
@@ -64,13 +71,31 @@ def unit_hash(seed: int, request_id: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+AUX_NOISE = 0.1  # relative to the unit-variance projections
+
+
+@functools.lru_cache(maxsize=8)
+def _target(model: CaptureModel) -> tuple[np.ndarray, np.ndarray]:
+    """The simulated target of a capture model: next-token permutation, [3, vocab, hidden] projections."""
+    world = np.random.default_rng(int(hashlib.sha256(
+        f"{model.tokenizer_hash}:{model.vocab_size}:{model.hidden_size}".encode()).hexdigest()[:16], 16))
+    successor = world.permutation(model.vocab_size).astype(np.int64)
+    projections = world.standard_normal((3, model.vocab_size, model.hidden_size), dtype=np.float32)
+    return successor, projections
+
+
 def synthetic_request(req: FinishedRequest, model: CaptureModel, seed: int, target_revision: str) -> CapturedRequest:
     """Rows of a captured request: prompt rows (not trained on) then generated rows."""
     rng = np.random.default_rng(int(unit_hash(seed, req.request_id) * 2**63))
     rows = min(req.prompt_tokens + req.output_tokens, model.max_rows_per_request)
     prompt_rows = min(req.prompt_tokens, rows - 1)
-    sequence = rng.integers(0, model.vocab_size, size=rows + 1, dtype=np.int64)
-    aux = rng.standard_normal((rows, 3, model.hidden_size), dtype=np.float32)
+    successor, projections = _target(model)
+    sequence = np.empty(rows + 1, dtype=np.int64)
+    sequence[0] = rng.integers(0, model.vocab_size)
+    for i in range(rows):
+        sequence[i + 1] = successor[sequence[i]]
+    aux = projections[:, sequence[:-1]].transpose(1, 0, 2)  # [rows, 3, hidden]
+    aux = aux + AUX_NOISE * rng.standard_normal(aux.shape, dtype=np.float32)
     mask = np.arange(rows) >= prompt_rows - 1  # label of the last prompt row is the first generated token
     meta = RequestMeta(req.request_id, target_revision, req.draft_version, req.acceptance_rate)
     return CapturedRequest(meta, sequence[:-1], sequence[1:], mask, aux)

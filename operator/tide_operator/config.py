@@ -45,7 +45,14 @@ class TrainerConfig(_ConfigModel):
     distributed_command: tuple[str, ...] = ("torchrun", "--nproc-per-node={gpus}", "-m", "tide_trainer", "train")
     """Used when a Job has more than one GPU; ``{gpus}`` becomes training.gpusPerJob."""
     work_dir: str = "/var/tide/train"
-    """Checkpoints, exported candidate and report (an emptyDir)."""
+    """Checkpoints, exported candidate and report (an emptyDir mounted there). ``{namespace}``,
+    ``{name}`` (the TideDeployment) and ``{run_id}`` are replaced, for runtimes where the path is
+    shared between Jobs (the local plane runs pods as processes, without volumes): the trainer
+    resumes from a checkpoint it finds in its work dir."""
+    extra_args: tuple[str, ...] = ()
+    """Appended to the trainer's flags (docs/contracts/trainer-cli.md), e.g. ``[--max-steps, "500",
+    --batch-size, "16"]`` to size training runs; must not repeat a flag the operator sets (shards,
+    target revision, registry, run id, speculative tokens, work dir, parent draft / target model)."""
 
 
 class OperatorConfig(_ConfigModel):

@@ -7,13 +7,14 @@ Composes the policy's Observation. Prometheus or S3 being unreachable is a readi
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from tide_contracts.registry import DraftRegistry
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.cluster import Cluster
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
-from tide_operator.control.lifecycle import TrainingObservation, TrainingStatus
+from tide_operator.control.lifecycle import TrainingObservation, TrainingStatus, run_id_for
 from tide_operator.control.policy import PolicyState
 from tide_operator.control_loop import SensorReading
 from tide_operator.effects import STORAGE_ERRORS
@@ -33,7 +34,8 @@ def read_sensors(name: str, namespace: str, spec: TideDeploymentSpec, state: Pol
         return SensorReading(None, str(e))
     try:
         served = served_version(registry, spec)
-        buffer_samples = sum(c.samples for c in registry.list_captures())
+        launched_at = last_launch_time(name, namespace, state, cluster)
+        buffer_samples = sum(c.samples for c in registry.list_captures() if c.last_modified > launched_at)
         training = trainer_outcome(name, namespace, state, cluster, registry)
     except STORAGE_ERRORS as e:
         return SensorReading(None, f"S3 {spec.storage.s3.bucket}: {e}")
@@ -51,9 +53,33 @@ def served_version(registry: DraftRegistry, spec: TideDeploymentSpec) -> str | N
     return INITIAL_VERSION if spec.draft.initial else None
 
 
+def last_launch_time(name: str, namespace: str, state: PolicyState, cluster: Cluster) -> float:
+    """When the latest training run's Job was created (epoch s); 0 before the first run.
+
+    The policy counts the buffer "since the last training launch" (it resets its baseline to 0
+    when it launches), so samples the previous run already saw are not counted again. A Job that
+    is gone (cancelled) gives 0: every sample in the buffer counts.
+    """
+    counter = state.lifecycle.run_counter
+    if counter < 1:
+        return 0.0
+    run = run_id_for(counter)
+    job = next((j for j in cluster.jobs(namespace, f"{labels.TRAINING_RUN_LABEL}={run}")
+                if j["metadata"]["name"] == names.trainer_job_name(name, run)), None)
+    created = (job or {}).get("metadata", {}).get("creationTimestamp")
+    if not created:
+        return 0.0
+    return datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
+
+
 def trainer_outcome(name: str, namespace: str, state: PolicyState, cluster: Cluster,
                     registry: DraftRegistry) -> TrainingObservation | None:
-    run = state.lifecycle.active_run
+    lifecycle = state.lifecycle
+    if lifecycle.phase is LifecyclePhase.EVALUATING and lifecycle.candidate is not None:
+        # The evaluation weighs the candidate against the report's own baseline (the served
+        # draft on the same held-out requests), which only the candidate's manifest carries.
+        return _evaluated(lifecycle.candidate, registry)
+    run = lifecycle.active_run
     if run is None:
         return None
     job = next(iter(cluster.jobs(namespace, f"{labels.TRAINING_RUN_LABEL}={run}")), None)

@@ -54,6 +54,20 @@ def policy_params(spec: TideDeploymentSpec, profile_points: Iterable[tuple[int, 
             min_acceptance_length_gain_percent=control.canary.min_acceptance_length_gain_percent,
             max_throughput_loss_percent=control.canary.max_throughput_loss_percent,
             failure_limit=control.canary.failure_limit,
-            min_promotion_interval_s=duration_seconds(control.canary.min_promotion_interval)),
+            min_promotion_interval_s=duration_seconds(control.canary.min_promotion_interval),
+            measurement_interval_s=measurement_interval(duration_seconds(control.canary.analysis_window))),
         profile=CostProfile.from_spec_points(points) if points else DEFAULT_PROFILE,
     )
+
+
+MEASUREMENTS_PER_WINDOW = 5
+MAX_MEASUREMENT_INTERVAL_S = 60.0
+
+
+def measurement_interval(analysis_window_s: float) -> float:
+    """One measurement a minute (Argo's habit), but at least five in any window.
+
+    With a fixed 60 s interval a window under a minute would end before its first measurement,
+    and such an analysis is always Inconclusive: no candidate could ever be promoted.
+    """
+    return min(MAX_MEASUREMENT_INTERVAL_S, analysis_window_s / MEASUREMENTS_PER_WINDOW)

@@ -43,11 +43,20 @@ def trainer_args(
         "--speculative-tokens",
         str(spec.draft.num_speculative_tokens),
         "--work-dir",
-        config.trainer.work_dir,
+        work_dir(td_name, namespace, run_id, config),
     ]
     parent = parent_draft or spec.draft.initial
     # Without any draft yet, the trainer starts a fresh one from the target's widths and embeddings.
-    return args + (["--parent-draft", parent] if parent else ["--target-model", spec.target.model])
+    args += ["--parent-draft", parent] if parent else ["--target-model", spec.target.model]
+    return args + list(config.trainer.extra_args)
+
+
+def work_dir(td_name: str, namespace: str, run_id: str, config: OperatorConfig) -> str:
+    """The trainer's work dir (operator config trainer.workDir with its placeholders filled)."""
+    path = config.trainer.work_dir
+    for placeholder, value in (("{namespace}", namespace), ("{name}", td_name), ("{run_id}", run_id)):
+        path = path.replace(placeholder, value)
+    return path
 
 
 def _command(spec: TideDeploymentSpec, config: OperatorConfig) -> list[str]:
@@ -58,7 +67,7 @@ def _command(spec: TideDeploymentSpec, config: OperatorConfig) -> list[str]:
 
 
 def _container(
-    spec: TideDeploymentSpec, args: list[str], gpu_class: GpuClass, config: OperatorConfig
+    spec: TideDeploymentSpec, args: list[str], gpu_class: GpuClass, config: OperatorConfig, work: str
 ) -> dict[str, Any]:
     return {
         "name": CONTAINER_NAME,
@@ -69,7 +78,7 @@ def _container(
         "resources": pod.gpu_resources(spec.training, gpu_class, spec.training.gpus_per_job),
         "volumeMounts": [
             {"name": pod.SHM_VOLUME, "mountPath": pod.SHM_MOUNT_PATH},
-            {"name": WORK_VOLUME, "mountPath": config.trainer.work_dir},
+            {"name": WORK_VOLUME, "mountPath": work},
         ],
     }
 
@@ -98,7 +107,8 @@ def build_trainer_job(
         "metadata": {"labels": {**labels.trainer_labels(td_name, run_id), labels.GPU_CLASS_LABEL: gpu_class.name}},
         "spec": {
             "restartPolicy": "Never",
-            "containers": [_container(spec, args, gpu_class, operator_config)],
+            "containers": [_container(spec, args, gpu_class, operator_config,
+                                      work_dir(td_name, namespace, run_id, operator_config))],
             "volumes": [pod.shm_volume(operator_config.serving.shm_size), {"name": WORK_VOLUME, "emptyDir": {}}],
             **pod.scheduling_fields(spec.training, gpu_class),
         },
