@@ -241,7 +241,9 @@ def test_domain_shift_trains_canaries_and_promotes_a_better_draft(kube, namespac
         return drafts if sorted(drafts.values()) == ["initial", "r1"] else None
 
     wait_for(canary, "candidate r1 on one canary pod", timeout_s=60)
-    assert lifecycle(status(kube, namespace))["phase"] == "Canary"
+    # The pass swaps the pod first and writes status last: give the write a moment.
+    wait_for(lambda: lifecycle(status(kube, namespace))["phase"] == "Canary", "lifecycle phase Canary",
+             timeout_s=20)
 
     def promoted():
         drafts = pod_drafts(kube, namespace)
@@ -259,9 +261,15 @@ def test_domain_shift_trains_canaries_and_promotes_a_better_draft(kube, namespac
     messages = events(kube, namespace)
     for action in ("LaunchTraining", "StartCanary", "Promote"):
         assert any(m.startswith(f"{action}:") for m in messages), (action, messages)
-    st = status(kube, namespace)
-    assert lifecycle(st)["last_promotion_at"] is not None
+    st = wait_for(lambda: status_where(kube, namespace, lambda lc: lc["last_promotion_at"] is not None),
+                  "the promotion in status (written after the pods are swapped)", timeout_s=20)
     assert st["speculation"]["enabled"] is True
+
+
+def status_where(kube, namespace: str, holds) -> dict | None:
+    """The status once its lifecycle satisfies `holds` (a pass swaps pods first, writes status last)."""
+    st = status(kube, namespace)
+    return st if holds(lifecycle(st)) else None
 
 
 def trainer_log(plane, namespace: str) -> str:
@@ -335,8 +343,8 @@ def test_candidate_worse_on_live_traffic_is_rolled_back(kube, namespace, operato
     entries = history(s3, bucket, prefix)
     assert [(e["action"], e["version"], e["run_id"]) for e in entries] == [("promote", "v1", "seed"),
                                                                            ("reject", "v1", "r1")]
-    st = status(kube, namespace)
-    assert lifecycle(st)["rollbacks"] == 1
+    st = wait_for(lambda: status_where(kube, namespace, lambda lc: lc["rollbacks"] == 1),
+                  "the rollback in status (written after the pods are swapped back)", timeout_s=20)
     assert lifecycle(st).get("last_promotion_at") is None  # nothing promoted by the operator
     warnings = client.CoreV1Api(kube).list_namespaced_event(
         namespace, field_selector="involvedObject.name=chat,type=Warning").items
