@@ -6,6 +6,7 @@ Composes the policy's Observation. Prometheus or S3 being unreachable is a readi
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -19,11 +20,14 @@ from tide_operator.control.policy import PolicyState
 from tide_operator.control_loop import SensorReading
 from tide_operator.effects import STORAGE_ERRORS
 from tide_operator.manifests import labels, names
+from tide_operator.manifests.trainer import CONTAINER_NAME as TRAINER_CONTAINER
 from tide_operator.prometheus_adapter import PrometheusAdapter, PrometheusUnavailable
 from tide_operator.prometheus_adapter_metrics import observation
 from tide_operator.prometheus_adapter_queries import DeploymentKey
 
 INITIAL_VERSION = "initial"  # what the serving plugin reports for the draft a pod was launched with
+NOT_BETTER_EXIT_CODE = 7  # trainer contract (docs/contracts/trainer-cli.md): ExitCode.NOT_BETTER
+JOB_NAME_LABEL = "job-name"  # set by the Job controller on the pods it creates
 
 
 def read_sensors(name: str, namespace: str, spec: TideDeploymentSpec, state: PolicyState,
@@ -82,15 +86,59 @@ def trainer_outcome(name: str, namespace: str, state: PolicyState, cluster: Clus
     run = lifecycle.active_run
     if run is None:
         return None
-    job = next(iter(cluster.jobs(namespace, f"{labels.TRAINING_RUN_LABEL}={run}")), None)
-    if job is None or job["metadata"]["name"] != names.trainer_job_name(name, run):
+    selector = f"{labels.TRAINING_RUN_LABEL}={run}"
+    job_name = names.trainer_job_name(name, run)
+    # Another TideDeployment in the namespace may have a run of the same id: match the Job's name.
+    job = next((j for j in cluster.jobs(namespace, selector) if j["metadata"]["name"] == job_name), None)
+    if job is None:
         return TrainingObservation(run, TrainingStatus.MISSING)
     status = job.get("status") or {}
     if status.get("failed"):
-        return TrainingObservation(run, TrainingStatus.FAILED)
+        pods = [p for p in cluster.pods(namespace, selector)
+                if (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == job_name]
+        return failed_run(run, pods)
     if not status.get("succeeded"):
         return TrainingObservation(run, TrainingStatus.RUNNING)
     return _evaluated(run, registry)
+
+
+def failed_run(run: str, pods: list[dict[str, Any]]) -> TrainingObservation:
+    """A failed trainer Job's outcome from its pod: exit 7 (not_better) is a decision, not a failure.
+
+    The exit code comes from the trainer container's terminated state; the one-line JSON summary
+    the trainer leaves in its termination log (terminated.message) adds the numbers, and stands in
+    for the code where a runtime reports none.
+    """
+    terminated = next((t for p in pods if (t := _trainer_terminated(p)) is not None), None)
+    if terminated is None:
+        return TrainingObservation(run, TrainingStatus.FAILED)
+    summary = _summary(terminated.get("message"))
+    code = terminated.get("exitCode", summary.get("exit_code"))
+    if code != NOT_BETTER_EXIT_CODE:
+        return TrainingObservation(run, TrainingStatus.FAILED)
+    return TrainingObservation(run, TrainingStatus.NOT_BETTER,
+                               candidate_acceptance_length=_number(summary.get("candidate_acceptance_length")),
+                               served_acceptance_length=_number(summary.get("baseline_acceptance_length")))
+
+
+def _trainer_terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        if container.get("name") == TRAINER_CONTAINER:
+            terminated = (container.get("state") or {}).get("terminated")
+            return dict(terminated) if terminated else None
+    return None
+
+
+def _summary(message: object) -> dict[str, Any]:
+    try:
+        summary = json.loads(str(message)) if message else {}
+    except ValueError:  # a truncated or foreign message: the exit code still decides
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _evaluated(run: str, registry: DraftRegistry) -> TrainingObservation:

@@ -40,6 +40,7 @@ class TrainingStatus(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     MISSING = "Missing"  # the Job is gone without an outcome: counts as a failure
+    NOT_BETTER = "NotBetter"  # trainer exit 7: trained and evaluated, no better than the served draft
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class TrainingObservation:
     run_id: str
     status: TrainingStatus
     candidate_acceptance_length: float | None = None  # held-out eval of the new draft
-    served_acceptance_length: float | None = None  # the served draft on the same eval data
+    served_acceptance_length: float | None = None  # the served draft on the same eval data (the trainer's baseline)
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,8 @@ def _training(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePa
     seen = inputs.training
     if seen is None or seen.run_id != state.active_run or seen.status is TrainingStatus.RUNNING:
         return _stay(state, "TrainingRunning", f"waiting for run {state.active_run}", capture=True)
+    if seen.status is TrainingStatus.NOT_BETTER:
+        return _not_better(state, seen, now)
     if seen.status is TrainingStatus.SUCCEEDED and seen.candidate_acceptance_length is not None:
         done = replace(
             state,
@@ -244,6 +247,21 @@ def _training(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePa
             capture=False,
         )
     return _to(failed, Phase.COLLECTING, now, "TrainingFailed", message, capture=True)
+
+
+def _not_better(state: LifecycleState, seen: TrainingObservation, now: float) -> Step:
+    """The trainer judged its own candidate no better (exit 7): TIDE Algorithm 1 stops collecting.
+
+    A decision, not a failure: no failure is counted and no backoff applies; the next shift
+    restarts collection.
+    """
+    numbers = ""
+    if seen.candidate_acceptance_length is not None and seen.served_acceptance_length is not None:
+        numbers = (f": candidate acceptance_length={seen.candidate_acceptance_length:.3f}"
+                   f" vs served {seen.served_acceptance_length:.3f}")
+    done = replace(state, active_run=None, training_failures=0, last_failure_at=None)
+    message = f"run {seen.run_id} not better than the served draft{numbers}; collection stops until the next shift"
+    return _to(done, Phase.SERVING, now, "CandidateNotBetter", message, capture=False)
 
 
 def _evaluating(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:

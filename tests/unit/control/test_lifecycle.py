@@ -128,6 +128,14 @@ def succeeded(run_id: str, candidate: float, served: float | None = 2.0) -> Trai
             ["SetCapture"],
             "TrainingGaveUp",
         ),
+        # The trainer's own verdict (exit 7): TIDE Algorithm 1 stops collecting, nothing failed.
+        (
+            state(Phase.TRAINING, active_run="r1", training_failures=2, last_failure_at=9000.0),
+            inputs(training=TrainingObservation("r1", TrainingStatus.NOT_BETTER, 1.9, 2.0)),
+            Phase.SERVING,
+            ["SetCapture"],
+            "CandidateNotBetter",
+        ),
         # Evaluating: TIDE's rule, then the promotion interval.
         (
             state(Phase.EVALUATING, candidate="r1", candidate_acceptance_length=2.4),
@@ -198,6 +206,26 @@ def test_backoff_doubles_after_each_failure(failures: int, elapsed: float, launc
     step = step_lifecycle(before, inputs(buffer_samples=500), PARAMS, now=1000.0 + elapsed)
     assert (step.state.phase is Phase.TRAINING) == launches
     assert step.reason == ("SampleThresholdReached" if launches else "TrainingBackoff")
+
+
+def test_a_not_better_run_stops_collection_without_counting_a_failure() -> None:
+    training = state(Phase.TRAINING, active_run="r3", run_counter=3, training_failures=1, last_failure_at=50.0)
+    seen = TrainingObservation("r3", TrainingStatus.NOT_BETTER, candidate_acceptance_length=1.9,
+                               served_acceptance_length=2.1)
+    step = step_lifecycle(training, inputs(training=seen, buffer_samples=500), PARAMS, now=100.0)
+    assert step.actions == (act.SetCapture(False, "CandidateNotBetter", step.message),)
+    assert (step.state.active_run, step.state.candidate, step.state.training_failures, step.state.last_failure_at) == (
+        None, None, 0, None)
+    assert "1.900" in step.message
+    assert "2.100" in step.message
+    # Collection stays off however full the buffer is, until the next shift; then no backoff.
+    held = step_lifecycle(step.state, inputs(shift=True, buffer_samples=10_000), PARAMS, now=101.0)
+    assert (held.state.phase, held.actions) == (Phase.SERVING, ())
+    shifted = step_lifecycle(held.state, inputs(shift=True, shift_started=True, buffer_samples=10_000), PARAMS,
+                             now=102.0)
+    assert shifted.state.phase is Phase.COLLECTING
+    launched = step_lifecycle(shifted.state, inputs(buffer_samples=10_100), PARAMS, now=103.0)
+    assert launched.actions == (act.LaunchTraining("r4", launched.reason, launched.message),)
 
 
 def test_a_shift_after_giving_up_resets_the_failure_count() -> None:
