@@ -304,9 +304,19 @@ class DraftRegistry:
             out.append(CaptureObject(obj["Key"], obj["Size"], obj["LastModified"].timestamp(), samples))
         return sorted(out, key=lambda c: (c.last_modified, c.key))
 
-    def prune_captures(self, limits: CaptureLimits, now: datetime) -> list[str]:
-        """Delete the oldest captures beyond retention or the caps; returns the deleted keys."""
-        doomed = captures_to_prune(self.list_captures(), limits, now.timestamp())
+    def prune_captures(
+        self, limits: CaptureLimits, now: datetime, captures: list[CaptureObject] | None = None
+    ) -> list[str]:
+        """Delete the oldest captures beyond retention or the caps; returns the deleted keys.
+
+        ``captures``: a listing the caller already made this pass (list_captures costs a HEAD per
+        object); every key must lie under this registry's captures/ or nothing is deleted.
+        """
+        listed = self.list_captures() if captures is None else captures
+        doomed = captures_to_prune(listed, limits, now.timestamp())
+        outside = [key for key in doomed if not key.startswith(self.key("captures") + "/")]
+        if outside:
+            raise RegistryError(f"refusing to prune outside {self.key('captures')}/: {outside[:3]}")
         for key in doomed:
             self.client.delete_object(Bucket=self.bucket, Key=key)
         return doomed

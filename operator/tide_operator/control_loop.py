@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from tide_contracts.registry import CaptureObject
 from tide_operator.api.conditions import ConditionType, Reason, rfc3339
 from tide_operator.api.status import Decision, Phase, SpeculationStatus
 from tide_operator.control import actions as act
@@ -53,6 +54,7 @@ class SensorReading:
 
     observation: Observation | None
     error: str | None = None
+    captures: tuple[CaptureObject, ...] = ()  # the buffer as listed this pass (pruning reuses it)
 
 
 def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReading, effects: Effects,

@@ -4,11 +4,14 @@ Runs at most once per spec.control.interval (the resync timer may be faster), so
 their status writes follow the control interval, not the drift-repair cadence. The time of the
 last run is kept in memory, not in status: a status write per interval would make every pass a
 write even when nothing changed; after an operator restart the first pass simply runs at once.
+After the pass the capture buffer is pruned to spec.control.capture's caps (capture_buffer.py).
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -18,21 +21,24 @@ from tide_contracts.registry import DraftRegistry
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.spec_control import ServerSideEncryption
 from tide_operator.api.units import duration_seconds
+from tide_operator.capture_buffer import PRUNE_REASON, capture_limits, prune_capture_buffer
 from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig
+from tide_operator.control.lifecycle import CaptureParams
 from tide_operator.control.placement import Placement
 from tide_operator.control.policy import PolicyState
 from tide_operator.control.spec_params import policy_params
 from tide_operator.control_loop import SensorReading, control_pass
-from tide_operator.effects import ClusterEffects
+from tide_operator.effects import STORAGE_ERRORS, ClusterEffects
 from tide_operator.fleet import Fleet, ServingPod
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.pod import registry_prefix
 from tide_operator.manifests.serving import CONTROL_AUTH_KEY
 from tide_operator.prometheus_adapter import PrometheusAdapters
 from tide_operator.sensors import read_sensors
-from tide_operator.serving_status import StatusDraft
+from tide_operator.serving_status import EventNote, StatusDraft
 
+log = logging.getLogger(__name__)
 _LAST_RUN: dict[tuple[str, str], float] = {}
 
 
@@ -54,7 +60,23 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     prometheus = adapters.for_endpoint(spec.prometheus.url or config.prometheus_url)
     reading = read_sensors(name, namespace, spec, state, prometheus, registry, cluster)
     effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
-    control_pass(draft, policy_params(spec), reading, effects, now_s)
+    params = policy_params(spec)
+    kept = control_pass(draft, params, reading, effects, now_s)
+    enforce_buffer_caps(draft, registry, reading, params.capture, kept, now_s)
+
+
+def enforce_buffer_caps(draft: StatusDraft, registry: DraftRegistry, reading: SensorReading,
+                        capture: CaptureParams, state: PolicyState, now_s: float) -> None:
+    """Prune the capture buffer after the pass; an Event only when something was deleted."""
+    try:
+        pruned = prune_capture_buffer(registry, reading.captures, capture, state.lifecycle.phase,
+                                      datetime.fromtimestamp(now_s, UTC))
+    except STORAGE_ERRORS as e:  # the buffer stays over its cap until a later pass succeeds
+        log.warning("pruning the capture buffer of %s: %s", registry.key("captures"), e)
+        return
+    if pruned is not None:
+        draft.events.append(EventNote("Normal", PRUNE_REASON, pruned.message(capture_limits(capture)),
+                                      action="PruneCaptures"))
 
 
 def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: Cluster) -> DraftRegistry:

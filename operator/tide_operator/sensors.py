@@ -39,14 +39,16 @@ def read_sensors(name: str, namespace: str, spec: TideDeploymentSpec, state: Pol
     try:
         served = served_version(registry, spec)
         launched_at = last_launch_time(name, namespace, state, cluster)
-        buffer_samples = sum(c.samples for c in registry.list_captures() if c.last_modified > launched_at)
+        captures = tuple(registry.list_captures())
+        buffer_samples = sum(c.samples for c in captures if c.last_modified > launched_at)
         training = trainer_outcome(name, namespace, state, cluster, registry)
     except STORAGE_ERRORS as e:
         return SensorReading(None, f"S3 {spec.storage.s3.bucket}: {e}")
     lifecycle = state.lifecycle
     candidate = lifecycle.candidate if lifecycle.phase is LifecyclePhase.CANARY else None
     seen = observation(metrics, served_version=served, candidate_version=candidate)
-    return SensorReading(replace(seen, promoted_version=served, buffer_samples=buffer_samples, training=training))
+    return SensorReading(replace(seen, promoted_version=served, buffer_samples=buffer_samples, training=training),
+                         captures=captures)
 
 
 def served_version(registry: DraftRegistry, spec: TideDeploymentSpec) -> str | None:

@@ -27,6 +27,7 @@ from tide_contracts.registry import (
     IncompatibleDraft,
     Manifest,
     PointerConflict,
+    RegistryError,
     captures_to_prune,
     manifest_json,
 )
@@ -206,3 +207,20 @@ def test_prune_deletes_captures_in_s3_and_never_drafts(registry: DraftRegistry) 
     assert len(expired) == 2
     assert not all_keys(registry, "captures")
     assert all_keys(registry, "drafts") == drafts
+
+
+def test_prune_uses_a_given_listing_and_refuses_keys_outside_captures(registry: DraftRegistry) -> None:
+    for i in range(3):
+        registry.put_capture(f"c{i}.safetensors", b"x" * 1000, samples=100)
+    listing = registry.list_captures()
+    registry.put_capture("newer.safetensors", b"x" * 1000, samples=100)  # not in the listing: not counted
+    deleted = registry.prune_captures(CaptureLimits(max_samples=200), datetime.now(UTC), captures=listing)
+    assert deleted == [listing[0].key]
+    assert len(all_keys(registry, "captures")) == 3
+
+    put_candidate(registry, "r1")
+    foreign = [CaptureObject(registry.key("candidates", "r1", "model.safetensors"), 1, 0.0, 1), *listing[1:]]
+    with pytest.raises(RegistryError, match="refusing to prune outside"):
+        registry.prune_captures(CaptureLimits(max_samples=0), datetime.now(UTC), captures=foreign)
+    assert registry.key("candidates", "r1", "model.safetensors") in all_keys(registry, "candidates")
+    assert len(all_keys(registry, "captures")) == 3  # nothing deleted at all
