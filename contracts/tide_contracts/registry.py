@@ -7,12 +7,15 @@ s3://<bucket>/<prefix>/
   history/               one object per promotion, rollback or rejection (no read-modify-write)
   captures/              the bounded rolling buffer of hidden-state shards
 
-Nothing under drafts/ is ever deleted or overwritten. A lost race on the pointer raises
+No complete draft under drafts/ is ever deleted or overwritten (a copy that fails midway removes
+only its own partial files). Promoting the run the pointer already names is a no-op, so a retry
+never makes a second version of one run. A lost race on the pointer raises
 PointerConflict; the pointer is never half-written (S3 puts are atomic per object).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
 CONTRACT_VERSION = 1
@@ -176,15 +179,19 @@ class DraftRegistry:
         now: datetime,
         reason: str = "",
     ) -> PromotedPointer:
-        """Verify candidate run_id, copy it to the next drafts/vN/ and flip the pointer to it."""
+        """Verify candidate run_id, copy it to the next drafts/vN/ and flip the pointer to it.
+
+        Idempotent per run: if the pointer already names run_id's promotion (a retry after the flip
+        succeeded but the caller did not learn it), that pointer is returned and nothing is copied.
+        """
         pointer, etag = self.promoted()
+        if pointer is not None and pointer.run_id == run_id and pointer.target_revision == target_revision:
+            return pointer
         manifest = self.candidate_manifest(run_id)
         _check_compatible(manifest, target_revision, tokenizer_hash, f"candidate {run_id}")
         verified = {name: self._verified_copy(run_id, name, entry) for name, entry in manifest.files.items()}
         version = self._claim_next_version()
-        for name, body in verified.items():
-            with body:
-                self._put_file(self.key("drafts", version, name), body)
+        self._copy_draft(version, verified)
         stamp = _iso(now)
         draft = manifest.model_copy(update={"kind": "draft", "version": version, "promoted_at": stamp})
         self._put(
@@ -263,6 +270,26 @@ class DraftRegistry:
             )
         body.seek(0)
         return body
+
+    def _copy_draft(self, version: str, verified: dict[str, IO[bytes]]) -> None:
+        """Upload the verified files to drafts/vN/; a copy that fails midway removes what it wrote.
+
+        The .claim stays, so vN is never reused; removal is best effort (S3 may be what failed),
+        and a drafts/vN/ without manifest.json is never pointed at either way.
+        """
+        written: list[str] = []
+        try:
+            for name, body in verified.items():
+                self._put_file(self.key("drafts", version, name), body)
+                written.append(self.key("drafts", version, name))
+        except (RegistryError, BotoCoreError):
+            for key in written:
+                with contextlib.suppress(ClientError, BotoCoreError):
+                    self.client.delete_object(Bucket=self.bucket, Key=key)
+            raise
+        finally:
+            for body in verified.values():
+                body.close()
 
     def _claim_next_version(self) -> str:
         existing = self.list_versions()

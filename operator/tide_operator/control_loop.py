@@ -4,13 +4,15 @@ The policy (control/policy.py) decides; this module only turns its actions into 
 state into status. Effects are behind a small protocol (``Effects``) so the pass is tested with
 fakes and runs against the cluster, the serving pods and S3 through ``effects.ClusterEffects``.
 A failed effect is reported (Degraded) and retried on the next pass: the policy's state is only
-committed when every effect of the pass succeeded, so nothing is half-done and forgotten.
+committed when every effect of the pass succeeded, so nothing is half-done and forgotten. The
+exception is a candidate whose files the registry or the pods refuse (checksum, manifest, target):
+retrying cannot fix its bytes, so it is rolled back at once (lifecycle.refuse_candidate).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tide_contracts.registry import CaptureObject
@@ -19,12 +21,24 @@ from tide_operator.api.status import Decision, Phase, SpeculationStatus
 from tide_operator.control import actions as act
 from tide_operator.control.cost_model import expected_acceptance_length, practical_speedup
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
+from tide_operator.control.lifecycle import refuse_candidate
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState, decide
 from tide_operator.serving_status import EventNote, StatusDraft
 
 
 class EffectError(RuntimeError):
     """An effect could not be carried out (a pod, S3 or the API refused); retried next pass."""
+
+
+class DraftRefused(EffectError):
+    """The registry or a pod refused a draft's files (checksum, manifest, target): retrying cannot help.
+
+    ``reason`` is a condition reason (ChecksumMismatch, IncompatibleDraft, ManifestInvalid).
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class Effects(Protocol):
@@ -55,6 +69,7 @@ class SensorReading:
     observation: Observation | None
     error: str | None = None
     captures: tuple[CaptureObject, ...] = ()  # the buffer as listed this pass (pruning reuses it)
+    error_reason: str = Reason.PROMETHEUS_UNREACHABLE  # or StorageUnreachable: which source failed
 
 
 def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReading, effects: Effects,
@@ -63,28 +78,50 @@ def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReadin
     state = PolicyState.from_dict(draft.status.control_state) if draft.status.control_state else PolicyState()
     if reading.observation is None:
         # Decisions hold: nothing is switched on missing data, and status says why.
-        draft.condition(ConditionType.DEGRADED, True, Reason.PROMETHEUS_UNREACHABLE,
-                        reading.error or "no observation", warn=True)
+        draft.condition(ConditionType.DEGRADED, True, reading.error_reason, reading.error or "no observation",
+                        warn=True)
         return state
     actions, new_state = decide(reading.observation, state, params, now)
-    failures = _carry_out(actions, effects)
-    if failures:
-        draft.condition(ConditionType.DEGRADED, True, Reason.STORAGE_UNREACHABLE, "; ".join(failures), warn=True)
+    failed = _carry_out(actions, effects)
+    refused = _refused_candidate(failed)
+    if refused is not None:
+        step = refuse_candidate(state.lifecycle, refused.reason, str(refused), now)
+        actions = list(step.actions)
+        new_state = replace(state, lifecycle=step.state, lifecycle_reason=step.reason,
+                            lifecycle_message=step.message)
+        failed = _carry_out(actions, effects)
+    if failed is not None:
+        action, error = failed
+        reason = error.reason if isinstance(error, DraftRefused) else Reason.STORAGE_UNREACHABLE
+        draft.condition(ConditionType.DEGRADED, True, reason, f"{type(action).__name__}: {error}", warn=True)
         return state  # retry the same decision next pass
     draft.condition(ConditionType.DEGRADED, False, Reason.AS_EXPECTED, "observations and actions succeed")
     _report(draft, actions, new_state, params, reading.observation, now)
     return new_state
 
 
-def _carry_out(actions: list[act.Action], effects: Effects) -> list[str]:
-    table, failures = _dispatch(effects), []
+def _carry_out(actions: list[act.Action], effects: Effects) -> tuple[act.Action, EffectError] | None:
+    """Carry out the actions in order; the first that fails stops the rest (they may depend on it)."""
+    table = _dispatch(effects)
     for action in actions:
         try:
             table[type(action)](action)
         except EffectError as e:
-            failures.append(f"{type(action).__name__}: {e}")
-            break  # later actions may depend on this one
-    return failures
+            return action, e
+    return None
+
+
+def _refused_candidate(failed: tuple[act.Action, EffectError] | None) -> DraftRefused | None:
+    """A candidate whose files are refused is rolled back at once instead of retried every pass.
+
+    Promote raises DraftRefused only for the registry's checks, before the pointer moves.
+    """
+    if failed is None:
+        return None
+    action, error = failed
+    if isinstance(error, DraftRefused) and isinstance(action, act.StartCanary | act.Promote):
+        return error
+    return None
 
 
 def _report(draft: StatusDraft, actions: list[act.Action], state: PolicyState, params: PolicyParams,

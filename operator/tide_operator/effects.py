@@ -1,8 +1,9 @@
 """Carry out the policy's actions on the cluster, the serving pods and the S3 draft registry.
 
 Each method is one action; any failure becomes an EffectError so the control pass keeps its old
-state and retries. Promotion order keeps the pointer honest: the registry promotes (verified
-copy, conditional pointer write) before any pod loads the new version.
+state and retries, or a DraftRefused when a candidate's files are unfit (the pass rolls it back).
+Promotion order keeps the pointer honest: the registry promotes (verified copy, conditional
+pointer write) before any pod loads the new version.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from kubernetes.client.rest import ApiException
 
-from tide_contracts.registry import DraftRegistry, RegistryError
+from tide_contracts.registry import ChecksumMismatch, DraftRegistry, IncompatibleDraft, RegistryError
 from tide_operator.api import TideDeploymentSpec
+from tide_operator.api.conditions import Reason
 from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control import actions as act
 from tide_operator.control.placement import Placement
-from tide_operator.control_loop import EffectError
+from tide_operator.control_loop import DraftRefused, EffectError
 from tide_operator.fleet import Fleet
 from tide_operator.manifests import names
 from tide_operator.manifests.pod import s3_uri
@@ -75,10 +77,19 @@ class ClusterEffects:
         try:
             pointer = self.registry.promote(action.candidate, target_revision=self.spec.target.revision,
                                             tokenizer_hash=None, now=datetime.now(UTC), reason=action.message)
+        except ChecksumMismatch as e:  # verified before anything is written: the pointer never moved
+            raise DraftRefused(Reason.CHECKSUM_MISMATCH, f"promote {action.candidate}: {e}") from e
+        except IncompatibleDraft as e:
+            raise DraftRefused(Reason.INCOMPATIBLE_DRAFT, f"promote {action.candidate}: {e}") from e
         except STORAGE_ERRORS as e:
             raise EffectError(f"promote {action.candidate}: {e}") from e
-        self.fleet.load_draft(s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", pointer.version),
-                              pointer.version)
+        source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", pointer.version)
+        try:
+            self.fleet.load_draft(source, pointer.version)
+        except DraftRefused as e:
+            # The pointer already names the new version: retry the load (promotion is idempotent
+            # per run), never roll back a candidate that is already promoted.
+            raise EffectError(str(e)) from e
 
     def roll_back(self, action: act.RollBack) -> None:
         try:

@@ -13,14 +13,23 @@ from typing import Any
 from tide_contracts.serving_control import (
     CaptureRequest,
     DraftLoadRequest,
+    ErrorCode,
     ServingControlClient,
     ServingControlError,
     ServingStatus,
     SpeculationRequest,
 )
-from tide_operator.control_loop import EffectError
+from tide_operator.api.conditions import Reason
+from tide_operator.control_loop import DraftRefused, EffectError
 
 ClientFactory = Callable[[str, str], Any]
+# Serving contract errors that say the draft's files are unfit (not that the pod is unwell).
+DRAFT_REFUSALS = {
+    ErrorCode.CHECKSUM_MISMATCH: Reason.CHECKSUM_MISMATCH,
+    ErrorCode.MANIFEST_INVALID: Reason.MANIFEST_INVALID,
+    ErrorCode.TARGET_REVISION_MISMATCH: Reason.INCOMPATIBLE_DRAFT,
+    ErrorCode.ARCHITECTURE_MISMATCH: Reason.INCOMPATIBLE_DRAFT,
+}
 
 
 @dataclass(frozen=True)
@@ -40,15 +49,24 @@ class Fleet:
         return self._client(f"http://{pod.ip}:{self.port}", self.token)
 
     def _each(self, what: str, call: Callable[[Any], Any], pods: Sequence[ServingPod] | None = None) -> None:
-        """Call every (ready) pod; one failure fails the effect, naming each pod and why."""
-        failures = []
+        """Call every (ready) pod; one failure fails the effect, naming each pod and why.
+
+        A pod that refused a draft's files (it verifies before it swaps, so it still serves the
+        old one) raises DraftRefused: the draft is bad, not the pod.
+        """
+        failures, refusals = [], []
         for pod in pods if pods is not None else [p for p in self.pods if p.ready]:
             try:
                 call(self.client(pod))
             except (ServingControlError, OSError) as e:
                 failures.append(f"{pod.name}: {e}")
+                if isinstance(e, ServingControlError) and e.code in DRAFT_REFUSALS:
+                    refusals.append(DRAFT_REFUSALS[e.code])
+        message = f"{what} failed on {len(failures)} pod(s): " + "; ".join(failures)
+        if refusals:
+            raise DraftRefused(refusals[0], message)
         if failures:
-            raise EffectError(f"{what} failed on {len(failures)} pod(s): " + "; ".join(failures))
+            raise EffectError(message)
 
     def set_speculation(self, enabled: bool) -> None:
         self._each("speculation " + ("on" if enabled else "off"),

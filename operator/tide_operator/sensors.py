@@ -13,6 +13,7 @@ from typing import Any
 
 from tide_contracts.registry import DraftRegistry
 from tide_operator.api import TideDeploymentSpec
+from tide_operator.api.conditions import Reason
 from tide_operator.cluster import Cluster
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.lifecycle import TrainingObservation, TrainingStatus, run_id_for
@@ -43,7 +44,7 @@ def read_sensors(name: str, namespace: str, spec: TideDeploymentSpec, state: Pol
         buffer_samples = sum(c.samples for c in captures if c.last_modified > launched_at)
         training = trainer_outcome(name, namespace, state, cluster, registry)
     except STORAGE_ERRORS as e:
-        return SensorReading(None, f"S3 {spec.storage.s3.bucket}: {e}")
+        return SensorReading(None, f"S3 {spec.storage.s3.bucket}: {e}", error_reason=Reason.STORAGE_UNREACHABLE)
     lifecycle = state.lifecycle
     candidate = lifecycle.candidate if lifecycle.phase is LifecyclePhase.CANARY else None
     seen = observation(metrics, served_version=served, candidate_version=candidate)

@@ -58,6 +58,8 @@ class Reason:
     PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
     STORAGE_UNREACHABLE = "StorageUnreachable"
     CHECKSUM_MISMATCH = "ChecksumMismatch"
+    INCOMPATIBLE_DRAFT = "IncompatibleDraft"
+    MANIFEST_INVALID = "ManifestInvalid"
     AS_EXPECTED = "AsExpected"
 
 

@@ -354,6 +354,17 @@ def _rolled_back(state: LifecycleState, inputs: LifecycleInput, params: Lifecycl
     )
 
 
+def refuse_candidate(state: LifecycleState, reason: str, message: str, now: float) -> Step:
+    """The registry or the pods refused the candidate's files (checksum, manifest, target revision).
+
+    Its bytes will not change by retrying, so it is rolled back like a failed canary (the pointer
+    never moved) and counts as a rollback: collect once more, then wait for the next shift.
+    """
+    if state.candidate is None or state.phase not in (Phase.EVALUATING, Phase.CANARY):
+        return _stay(state, reason, message, capture=state.capture_enabled)
+    return _roll_back(state, now, reason, f"candidate {state.candidate} refused: {message}")
+
+
 def _roll_back(state: LifecycleState, now: float, reason: str, message: str) -> Step:
     candidate = state.candidate or ""
     back = replace(state, candidate=None, candidate_acceptance_length=None, canary=None, rollbacks=state.rollbacks + 1)

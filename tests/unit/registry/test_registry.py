@@ -1,8 +1,9 @@
 """The S3 draft registry against a real S3 protocol server (moto's server mode on 127.0.0.1).
 
 Checks: promotion assigns v1, v2, ...; a checksum or target-revision mismatch refuses and leaves
-the pointer alone; a lost pointer race raises PointerConflict; the capture buffer is pruned oldest
-first; nothing under drafts/ is ever deleted.
+the pointer alone; a retried promotion of the promoted run makes no second version; a copy that
+fails midway removes its partial files; a lost pointer race raises PointerConflict; the capture
+buffer is pruned oldest first; no complete draft under drafts/ is ever deleted.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.exceptions import EndpointConnectionError
 from moto.server import ThreadedMotoServer
 
 from tide_contracts.registry import (
@@ -157,6 +159,46 @@ def test_claimed_version_is_never_reused(registry: DraftRegistry) -> None:
     registry._put(registry.key("drafts", "v1", ".claim"), b"", IfNoneMatch="*")  # a crashed promotion
     put_candidate(registry, "r1")
     assert registry.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW).version == "v2"
+
+
+def test_a_retried_promotion_of_the_promoted_run_makes_no_second_version(registry: DraftRegistry) -> None:
+    put_candidate(registry, "r1")
+    first = registry.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW)
+    _, etag = registry.promoted()
+    again = registry.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW + timedelta(minutes=1))
+    assert again == first
+    assert registry.promoted() == (first, etag)  # the pointer was not rewritten
+    assert registry.list_versions() == ["v1"]
+    assert [(h.action, h.version) for h in registry.history()] == [("promote", "v1")]
+
+
+class FailingUploads:
+    """The registry's S3 client, except that uploads after the first `ok` fail as if S3 went away."""
+
+    def __init__(self, client: object, ok: int) -> None:
+        self._client, self._left = client, ok
+
+    def upload_fileobj(self, *args: object, **kwargs: object) -> None:
+        if self._left == 0:
+            raise EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
+        self._left -= 1
+        self._client.upload_fileobj(*args, **kwargs)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._client, name)
+
+
+def test_a_copy_that_fails_midway_removes_what_it_wrote_and_leaves_the_pointer(registry: DraftRegistry) -> None:
+    put_candidate(registry, "r1")
+    flaky = DraftRegistry(FailingUploads(registry.client, ok=1), registry.bucket, registry.prefix)
+    with pytest.raises(EndpointConnectionError):
+        flaky.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW)
+    assert registry.promoted() == (None, None)
+    assert all_keys(registry, "drafts") == {registry.key("drafts", "v1", ".claim")}  # the claim keeps v1 taken
+    assert registry.history() == []
+    retried = registry.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW)
+    assert retried.version == "v2"
+    assert registry.draft_manifest("v2").files == registry.candidate_manifest("r1").files
 
 
 def test_rollback_flips_the_pointer_back_and_keeps_every_draft(registry: DraftRegistry) -> None:
