@@ -1,4 +1,4 @@
-.PHONY: demo test setup lint cluster-up cluster-down clean
+.PHONY: demo test setup lint cluster-up cluster-down clean kind-e2e
 
 demo:            ## the whole loop on a local control plane (see README)
 	bash hack/demo.sh
@@ -17,3 +17,6 @@ cluster-up:      ## a local control plane with fake GPU nodes; prints KUBECONFIG
 
 cluster-down:
 	.venv/bin/python -m tide_localcluster down
+
+kind-e2e:        ## the chart on kind with CPU vLLM (needs Docker, kind, helm, kubectl; docs/kind-e2e.md)
+	bash e2e/kind/run.sh
