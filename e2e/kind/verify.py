@@ -4,8 +4,8 @@ What a chart user would check by hand, through the kubernetes client:
 1. the TideDeployment becomes Ready, with pools chosen from node labels (H100 serves, MI250 trains);
 2. every vLLM pod is Ready on a node of the inference class and holds one (fake) GPU;
 3. under traffic, the control loop measures the draft through Prometheus and keeps speculation on
-   (status.speculation, SpeculationEnabled, Degraded=False: Prometheus and S3 both answer), and
-   says so in an Event;
+   (status.speculation, SpeculationEnabled, Degraded=False: Prometheus and S3 both answer), says so
+   in an Event, and reports Collecting and Training off (capture is off in this scenario);
 4. Prometheus, scraping the pods like the chart's PodMonitor, sees speculation on in every pod.
 
 Exits non-zero with what was last seen when an expectation is not met in time.
@@ -169,6 +169,9 @@ class Check:
         status = wait_for(measured_on, "speculation on with a measured acceptance", timeout_s)
         speculation = status["speculation"]
         assert condition(status, "Degraded").get("status") == "False", condition(status, "Degraded")
+        # Capture is off in this scenario, so the rest of the loop reports itself idle.
+        assert condition(status, "Collecting").get("reason") == "CaptureDisabled", condition(status, "Collecting")
+        assert condition(status, "Training").get("status") == "False", condition(status, "Training")
         # The baked draft is right at the first position (tiny_models): about 2 tokens per step.
         assert speculation["acceptanceLengthMilli"] > 1500, speculation
         assert speculation["modelledSpeedupPercent"] > 100, speculation
