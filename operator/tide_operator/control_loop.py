@@ -20,8 +20,8 @@ from tide_operator.api.conditions import ConditionType, Reason, rfc3339
 from tide_operator.api.status import Decision, Phase, SpeculationStatus
 from tide_operator.control import actions as act
 from tide_operator.control.cost_model import expected_acceptance_length, practical_speedup
+from tide_operator.control.lifecycle import LifecycleState, refuse_candidate
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
-from tide_operator.control.lifecycle import refuse_candidate
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState, decide
 from tide_operator.serving_status import EventNote, StatusDraft
 
@@ -136,9 +136,7 @@ def _report(draft: StatusDraft, actions: list[act.Action], state: PolicyState, p
     draft.condition(ConditionType.TRAINING, lifecycle.phase is LifecyclePhase.TRAINING, Reason.TRAINER_RUNNING
                     if lifecycle.phase is LifecyclePhase.TRAINING else Reason.AS_EXPECTED,
                     f"run {lifecycle.active_run}" if lifecycle.active_run else "no trainer Job running")
-    draft.condition(ConditionType.PROMOTING, lifecycle.phase is LifecyclePhase.CANARY, Reason.CANARY_RUNNING
-                    if lifecycle.phase is LifecyclePhase.CANARY else Reason.AS_EXPECTED,
-                    f"canary of {lifecycle.candidate}" if lifecycle.candidate else "no canary")
+    _promoting(draft, lifecycle)
     draft.update(speculation=_speculation_status(state, params, observation), control_state=state.to_dict())
     if actions:
         last = actions[-1]
@@ -148,6 +146,16 @@ def _report(draft: StatusDraft, actions: list[act.Action], state: PolicyState, p
             draft.events.append(_event(action))
     if draft.status.phase in (Phase.SERVING, *_LIFECYCLE_PHASES.values()):
         draft.update(phase=_LIFECYCLE_PHASES.get(lifecycle.phase, Phase.SERVING))
+
+
+def _promoting(draft: StatusDraft, lifecycle: LifecycleState) -> None:
+    """True during a canary; afterwards False with how the last canary ended (until the next one)."""
+    if lifecycle.phase is LifecyclePhase.CANARY:
+        draft.condition(ConditionType.PROMOTING, True, Reason.CANARY_RUNNING, f"canary of {lifecycle.candidate}")
+    elif lifecycle.last_canary_reason:
+        draft.condition(ConditionType.PROMOTING, False, lifecycle.last_canary_reason, lifecycle.last_canary_message)
+    else:
+        draft.condition(ConditionType.PROMOTING, False, Reason.AS_EXPECTED, "no canary")
 
 
 _LIFECYCLE_PHASES = {LifecyclePhase.COLLECTING: Phase.COLLECTING, LifecyclePhase.TRAINING: Phase.TRAINING,

@@ -78,9 +78,9 @@ class ClusterEffects:
             pointer = self.registry.promote(action.candidate, target_revision=self.spec.target.revision,
                                             tokenizer_hash=None, now=datetime.now(UTC), reason=action.message)
         except ChecksumMismatch as e:  # verified before anything is written: the pointer never moved
-            raise DraftRefused(Reason.CHECKSUM_MISMATCH, f"promote {action.candidate}: {e}") from e
+            raise DraftRefused(Reason.CHECKSUM_MISMATCH, str(e)) from e  # names the candidate's key
         except IncompatibleDraft as e:
-            raise DraftRefused(Reason.INCOMPATIBLE_DRAFT, f"promote {action.candidate}: {e}") from e
+            raise DraftRefused(Reason.INCOMPATIBLE_DRAFT, str(e)) from e
         except STORAGE_ERRORS as e:
             raise EffectError(f"promote {action.candidate}: {e}") from e
         source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", pointer.version)

@@ -110,6 +110,10 @@ class LifecycleState:
     last_promotion_at: float | None = None
     promoted_acceptance_length: float | None = None  # canary's live mean at the last promotion
     canary: CanaryAnalysis | None = None
+    # How the last canary ended (CanarySuccessful, CanaryFailed, ChecksumMismatch, ...) and why:
+    # status keeps saying so until the next canary, long after the one-pass Promoted/RolledBack.
+    last_canary_reason: str | None = None
+    last_canary_message: str = ""
 
 
 @dataclass(frozen=True)
@@ -317,6 +321,8 @@ def _canary(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePara
         candidate_acceptance_length=None,
         canary=None,
         rollbacks=0,
+        last_canary_reason="CanarySuccessful",
+        last_canary_message=f"{candidate} promoted: {counts}",
     )
     step = _to(promoted, Phase.PROMOTED, now, "CanarySuccessful", counts, capture=True)
     return _with(step, act.Promote(candidate, step.reason, counts))
@@ -362,12 +368,13 @@ def refuse_candidate(state: LifecycleState, reason: str, message: str, now: floa
     """
     if state.candidate is None or state.phase not in (Phase.EVALUATING, Phase.CANARY):
         return _stay(state, reason, message, capture=state.capture_enabled)
-    return _roll_back(state, now, reason, f"candidate {state.candidate} refused: {message}")
+    return _roll_back(state, now, reason, message)
 
 
 def _roll_back(state: LifecycleState, now: float, reason: str, message: str) -> Step:
     candidate = state.candidate or ""
-    back = replace(state, candidate=None, candidate_acceptance_length=None, canary=None, rollbacks=state.rollbacks + 1)
+    back = replace(state, candidate=None, candidate_acceptance_length=None, canary=None, rollbacks=state.rollbacks + 1,
+                   last_canary_reason=reason, last_canary_message=f"{candidate} rolled back: {message}")
     step = _to(back, Phase.ROLLED_BACK, now, reason, message, capture=state.capture_enabled)
     return _with(step, act.RollBack(candidate, reason, message))
 

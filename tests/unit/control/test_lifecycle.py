@@ -27,6 +27,7 @@ from tide_operator.control.lifecycle import (
     TrainingObservation,
     TrainingParams,
     TrainingStatus,
+    refuse_candidate,
     step_lifecycle,
 )
 from tide_operator.control.restart import lifecycle_from_dict, lifecycle_to_dict, rebuild_lifecycle
@@ -495,3 +496,24 @@ def test_a_lasting_shift_signal_does_not_restart_collection_after_a_rejection() 
         assert rejected.phase is Phase.SERVING
     again = step_lifecycle(rejected, inputs(shift=True, shift_started=True), PARAMS, now=30.0)
     assert again.state.phase is Phase.COLLECTING
+
+
+@pytest.mark.parametrize("phase", [Phase.EVALUATING, Phase.CANARY])
+def test_a_refused_candidate_is_rolled_back_and_remembered(phase: Phase) -> None:
+    analysis = CanaryAnalysis(started_at=0.0, successful=2) if phase is Phase.CANARY else None
+    before = state(phase, candidate="r4", candidate_acceptance_length=2.4, canary=analysis, rollbacks=1)
+    step = refuse_candidate(before, "ChecksumMismatch", "candidates/r4/model.safetensors: sha256 differs", now=50.0)
+    assert step.actions == (act.RollBack("r4", "ChecksumMismatch", "candidates/r4/model.safetensors: sha256 differs"),)
+    assert (step.state.phase, step.state.candidate, step.state.canary, step.state.rollbacks) == (
+        Phase.ROLLED_BACK, None, None, 2)
+    assert (step.state.last_canary_reason, step.state.last_canary_message) == (
+        "ChecksumMismatch", "r4 rolled back: candidates/r4/model.safetensors: sha256 differs")
+    # Second rollback in a row: collection stops until the next shift.
+    after = step_lifecycle(step.state, inputs(), PARAMS, now=55.0)
+    assert after.state.phase is Phase.SERVING
+
+
+def test_a_refusal_without_a_candidate_changes_nothing() -> None:
+    collecting = state(Phase.COLLECTING)
+    step = refuse_candidate(collecting, "ChecksumMismatch", "late", now=1.0)
+    assert (step.actions, step.state) == ((), collecting)

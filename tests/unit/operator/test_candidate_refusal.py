@@ -189,8 +189,8 @@ def evaluating() -> LifecycleState:
                           capture_enabled=True, run_counter=1, candidate="r1", candidate_acceptance_length=2.6)
 
 
-CHECKSUM = DraftRefused("ChecksumMismatch", "promote r1: ns/chat/candidates/r1/model.safetensors: sha256 1f.. "
-                                            "does not match the manifest's 9a..; not promoting")
+CHECKSUM = DraftRefused("ChecksumMismatch", "ns/chat/candidates/r1/model.safetensors: sha256 1f.. (999 bytes) "
+                                            "does not match the manifest's 9a.. (1000 bytes); not promoting")
 
 
 @pytest.mark.parametrize(("lifecycle", "refused_action"), [(canary_done, act.Promote),
@@ -202,8 +202,7 @@ def test_a_refused_candidate_is_rolled_back_with_the_reason_in_status(lifecycle,
 
     rollbacks = [a for a in effects.done if isinstance(a, act.RollBack)]
     assert [(a.candidate, a.reason) for a in rollbacks] == [("r1", "ChecksumMismatch")]
-    assert "candidate r1 refused" in rollbacks[0].message
-    assert "sha256" in rollbacks[0].message
+    assert rollbacks[0].message == str(CHECKSUM)
     assert not any(isinstance(a, act.Promote) for a in effects.done)
     assert (state.lifecycle.phase, state.lifecycle.candidate, state.lifecycle.rollbacks) == (
         LifecyclePhase.ROLLED_BACK, None, 1)
@@ -214,6 +213,9 @@ def test_a_refused_candidate_is_rolled_back_with_the_reason_in_status(lifecycle,
     warnings = [e for e in draft.events if e.type == "Warning"]
     assert [e.reason for e in warnings] == ["ChecksumMismatch"]
     assert next(c for c in draft.status.conditions if c.type == "Degraded").status == "False"
+    promoting = next(c for c in draft.status.conditions if c.type == "Promoting")
+    assert (promoting.status, promoting.reason) == ("False", "ChecksumMismatch")
+    assert promoting.message == f"r1 rolled back: {CHECKSUM}"
 
 
 def test_s3_trouble_while_promoting_keeps_the_canary_and_says_storage() -> None:
@@ -234,3 +236,19 @@ def test_a_sensor_reading_without_s3_is_reported_as_storage_unreachable() -> Non
     control_pass(draft, PARAMS, reading, ScriptedEffects({}), now=31.0)
     degraded = next(c for c in draft.status.conditions if c.type == "Degraded")
     assert (degraded.status, degraded.reason) == ("True", "StorageUnreachable")
+
+
+def test_the_promoting_condition_keeps_how_the_last_canary_ended() -> None:
+    draft = status_with(canary_done())
+    control_pass(draft, PARAMS, SensorReading(CANARY_WINS), ScriptedEffects({act.Promote: CHECKSUM}), now=31.0)
+    for now in (36.0, 41.0):  # RolledBack -> Collecting -> ... : later passes decide other things
+        draft = StatusDraft(draft.status, generation=1, now=NOW)
+        control_pass(draft, PARAMS, SensorReading(CANARY_WINS), ScriptedEffects({}), now=now)
+    promoting = next(c for c in draft.status.conditions if c.type == "Promoting")
+    assert (promoting.status, promoting.reason) == ("False", "ChecksumMismatch")
+
+    promoted = status_with(canary_done())
+    control_pass(promoted, PARAMS, SensorReading(CANARY_WINS), ScriptedEffects({}), now=31.0)
+    promoting = next(c for c in promoted.status.conditions if c.type == "Promoting")
+    assert (promoting.status, promoting.reason) == ("False", "CanarySuccessful")
+    assert promoting.message.startswith("r1 promoted: successful=5")
