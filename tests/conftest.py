@@ -20,13 +20,13 @@ PLANE_TIMINGS: dict[str, float] = {}
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from tide_localcluster import binaries
     from tide_localcluster import plane as local_plane
-    from tide_localcluster.paths import DEFAULT_POOLS
+    from tide_localcluster.paths import DEFAULT_IMAGES, DEFAULT_POOLS
 
     binaries.ensure_built()
     state_dir = tmp_path_factory.mktemp("localcluster")
     started = time.monotonic()
     try:
-        info = local_plane.up(state_dir, DEFAULT_POOLS)
+        info = local_plane.up(state_dir, DEFAULT_POOLS, DEFAULT_IMAGES)
         PLANE_TIMINGS["up_s"] = time.monotonic() - started
         yield info
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 from tide_localcluster import binaries, plane
 from tide_localcluster.images import ImageCatalogError
 from tide_localcluster.nodepools import PoolFileError, load_pools
-from tide_localcluster.paths import DEFAULT_POOLS, default_state_dir
+from tide_localcluster.paths import DEFAULT_IMAGES, DEFAULT_POOLS, default_state_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("build", help="build and cache kube-apiserver/controller-manager/scheduler (once)")
     up = sub.add_parser("up", help="start etcd, the control plane, fake GPU nodes and the process kubelet")
     up.add_argument("--pools", type=Path, default=DEFAULT_POOLS, help="node-pool YAML file")
-    up.add_argument("--images", type=Path, default=None, help="image catalog YAML (image -> local environment)")
+    up.add_argument("--images", type=Path, default=DEFAULT_IMAGES,
+                    help="image catalog YAML (image -> local environment)")
     up.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus")
     sub.add_parser("down", help="stop exactly the processes `up` started and remove the state")
     sub.add_parser("status", help="print the kubeconfig path and process state")

@@ -72,7 +72,8 @@ def _rule(raw: Any, where: str) -> ImageRuntime:
     unknown = set(raw) - {"match", "pathPrepend", "env", "entrypoint"}
     if unknown:
         raise ImageCatalogError(f"{where}.{sorted(unknown)[0]}: unknown field")
-    env_vars = {"TIDE_CACHE": str(cache_dir()), **os.environ}
+    # ${AGENT_BIN}: the node agent's own environment (the project's virtualenv).
+    env_vars = {"TIDE_CACHE": str(cache_dir()), "AGENT_BIN": str(Path(sys.executable).parent), **os.environ}
 
     def expand(s: Any) -> str:
         text = str(s)

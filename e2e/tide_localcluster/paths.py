@@ -9,6 +9,7 @@ KUBE_VERSION = "1.20.2"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-kube.sh"
 DEFAULT_POOLS = Path(__file__).resolve().parent / "pools" / "default.yaml"
+DEFAULT_IMAGES = Path(__file__).resolve().parent / "images_catalog" / "default.yaml"
 
 
 def cache_dir() -> Path:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubernetes.client.rest import ApiException
@@ -52,6 +55,8 @@ class PodRunner(threading.Thread):
         self.pod, self.ip, self.kubelet = pod, ip, kubelet
         self.pod.setdefault("status", {}).update(podIP=ip, hostIP="127.0.0.1", podIPs=[{"ip": ip}])
         self.dir = kubelet.pod_dir(meta["namespace"], meta["name"])
+        # Containers each have a private /tmp. Short, because programs put Unix sockets there (108-byte limit).
+        self.tmp = Path(tempfile.gettempdir()) / f"tide-pod-{meta['uid'][:13]}"
         self.view = PodView(pod_ip=ip, started=utcnow(), restart_policy=pod["spec"].get("restartPolicy", "Always"))
         self.containers = [Container(c, ContainerView(c["name"], c.get("image", "")))
                            for c in pod["spec"]["containers"]]
@@ -88,6 +93,7 @@ class PodRunner(threading.Thread):
         finally:
             for c in self.containers:
                 self._kill(c, self._grace_s if self.stopping else 0.0)
+            shutil.rmtree(self.tmp, ignore_errors=True)
             if self._delete_after:
                 self.kubelet.finalize_delete(meta["namespace"], meta["name"], meta["uid"])
             self.kubelet.forget(meta["uid"], self.ip)
@@ -159,6 +165,8 @@ class PodRunner(threading.Thread):
         runtime = self.kubelet.images.runtime_for(c.spec.get("image", ""))
         env = {k: os.environ[k] for k in PASS_THROUGH_ENV if k in os.environ}
         env["PATH"] = os.pathsep.join([*runtime.path_prepend, os.environ.get("PATH", "/usr/bin:/bin")])
+        self.tmp.mkdir(exist_ok=True)
+        env["TMPDIR"] = str(self.tmp)
         env.update(runtime.env)
         env.update(c.env)
         try:

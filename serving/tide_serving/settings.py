@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def load_settings() -> ServingSettings:
         capture_buffer_rows=_int("TIDE_CAPTURE_BUFFER_TOKENS", 65536),
         shard_rows=_int("TIDE_CAPTURE_SHARD_TOKENS", 4096),
         flush_interval_s=_float("TIDE_CAPTURE_FLUSH_S", 10.0),
-        state_dir=Path(os.environ.get("TIDE_STATE_DIR", "/tmp/tide-serving")),  # noqa: S108 - pod-local
+        # The container's own temporary directory (pod-local; TMPDIR where a pod shares a machine).
+        state_dir=Path(os.environ.get("TIDE_STATE_DIR") or Path(tempfile.gettempdir()) / "tide-serving"),
         pod_name=os.environ.get("TIDE_POD_NAME") or socket.gethostname(),
         metrics_refresh_s=_float("TIDE_METRICS_REFRESH_S", 2.0),
         allow_untested_vllm=os.environ.get("TIDE_ALLOW_UNTESTED_VLLM", "") == "1",

@@ -1,0 +1,348 @@
+"""The whole loop on one machine: real vLLM pods, the real trainer, the operator deciding from Prometheus.
+
+A TideDeployment serves the tiny target (tiny_target.build) with a launch draft trained on code only
+(tiny_target.launch_draft) on two vLLM CPU pods of the local plane's fake H100 pool. Traffic is code,
+then shifts to prose; the operator sees acceptance fall, turns capture on, runs the trainer Job on the
+MI250 pool over the hidden states the pods wrote to S3, canaries the candidate on one pod and promotes
+it. Acceptance length is measured from the pods' own vLLM counters, apart from what the operator sees.
+
+Used by the e2e test (tests/e2e) and the demo (`python -m tide_e2e.demo --full`); `say` narrates.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import torch
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tide_contracts.registry import DraftRegistry, HistoryEntry, Manifest, PromotedPointer
+from tide_contracts.serving_control import ServingControlClient, ServingControlError
+from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
+from tide_e2e.traffic import Traffic, TrafficSettings, wait_requests
+from tide_operator.api import GROUP, PLURAL, VERSION
+from tide_operator.manifests.labels import COMPONENT_INFERENCE, selector_labels
+from tide_serving.testing.server import metric_value
+from tide_trainer.tiny_target.build import ensure_tiny_target, load_tiny_target
+from tide_trainer.tiny_target.capture import domain_prompts
+from tide_trainer.tiny_target.launch_draft import ensure_launch_draft
+
+DOMAIN_A, DOMAIN_B = "code", "prose"
+PORT = 8000
+SERVED_MODEL = "chat"
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    namespace: str = "tide-loop"
+    name: str = "chat"
+    bucket: str = "tide"
+    measure_s: float = 40.0  # acceptance measurement window after the shift
+    timeout_s: float = 600.0  # shift -> promotion
+    # Capture is on from the start (TIDE collects at once). Domain A sends fewer requests than the
+    # training threshold, so the first training run is the one the shift causes.
+    domain_a_requests: int = 160
+    sample_threshold: int = 240  # captured requests after the shift before training
+    # Small, quick training runs warm-started from the served draft (2 cores, shared with 2 servers).
+    trainer_args: tuple[str, ...] = ("--ttt-steps", "3", "--epochs", "4", "--max-steps", "120", "--lr", "0.002",
+                                     "--batch-size", "8", "--eval-fraction", "0.15", "--window-shards", "24",
+                                     "--log-every", "20")
+
+
+@dataclass
+class Transition:
+    at_s: float
+    phase: str
+    reason: str
+    message: str
+
+
+@dataclass
+class LoopResult:
+    acceptance: dict[str, float] = field(default_factory=dict)  # before_shift, after_shift, after_promotion
+    phase_s: dict[str, float] = field(default_factory=dict)  # wall time of each phase
+    transitions: list[Transition] = field(default_factory=list)
+    events: list[tuple[str, str]] = field(default_factory=list)  # (reason, message), oldest first
+    pointer: PromotedPointer | None = None
+    manifest: Manifest | None = None
+    history: list[HistoryEntry] = field(default_factory=list)
+    pod_drafts: dict[str, str | None] = field(default_factory=dict)
+    requests_ok: int = 0
+    requests_failed: list[str] = field(default_factory=list)
+    trainer_jobs: list[str] = field(default_factory=list)
+
+
+def operator_config(work_dir: Path, settings: LoopSettings) -> dict[str, Any]:
+    """The chart's defaults (the real vLLM image and trainer command), with short windows for one machine."""
+    return {"resyncIntervalSeconds": 2, "prometheusWindowSeconds": 10, "prometheusIntervalSeconds": 2,
+            # Pods are processes without volumes here: one work dir per run, or a run resumes another's.
+            "trainer": {"workDir": f"{work_dir}/{{namespace}}/{{name}}/{{run_id}}",
+                        "extraArgs": list(settings.trainer_args)}}
+
+
+def deployment(settings: LoopSettings, target: Path, revision: str, draft: Path, endpoint: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TideDeployment",
+        "metadata": {"name": settings.name, "namespace": settings.namespace},
+        "spec": {
+            "target": {"model": str(target), "revision": revision, "servedModelName": SERVED_MODEL},
+            "draft": {"method": "eagle3", "initial": str(draft), "numSpeculativeTokens": 3},
+            "inference": {"replicas": 2, "gpusPerReplica": 1, "port": PORT,
+                          "extraArgs": ["--max-model-len", "512", "--max-num-seqs", "8"]},
+            "control": {
+                # The tiny CPU pair accepts about one drafted token in four: with the default (GPU) cost
+                # profile speculation would not pay, so it is pinned on; the loop still adapts the draft.
+                "speculation": "On", "interval": "5s", "adaptiveSpeculativeTokens": False,
+                "drift": {"shortHalfLife": "10s", "longHalfLife": "300s", "thresholdPercent": 15,
+                          "minSamples": 300},
+                "capture": {"enabled": True, "samplingPercent": 100},
+                "training": {"sampleThreshold": settings.sample_threshold, "backoff": "20s"},
+                # Two servers share two cores with the trainer: per-pod throughput is noise here, so
+                # only acceptance length (hardware-independent, the primary metric) decides.
+                "canary": {"replicas": 1, "analysisWindow": "40s", "minAcceptanceLengthGainPercent": 2,
+                           "maxThroughputLossPercent": 100, "minPromotionInterval": "0s"},
+            },
+            "storage": {"s3": {"bucket": settings.bucket, "endpoint": endpoint, "region": "us-east-1",
+                               "credentialsSecret": "s3-creds"}},
+        },
+    }
+
+
+class WholeLoop:
+    def __init__(self, api: client.ApiClient, plane: Any, s3_endpoint: str, settings: LoopSettings,
+                 say: Callable[[str], None] = print) -> None:
+        self.api, self.plane, self.endpoint, self.s = api, plane, s3_endpoint, settings
+        self.say = say
+        self.core, self.batch = client.CoreV1Api(api), client.BatchV1Api(api)
+        self.objects = client.CustomObjectsApi(api)
+        self.result = LoopResult()
+        self.t0 = time.monotonic()
+        self._watching = threading.Event()
+
+    # ---- setup -------------------------------------------------------------------------------------
+    def run(self) -> LoopResult:
+        target = ensure_tiny_target()
+        draft = ensure_launch_draft(target)
+        _, tok, info = load_tiny_target(target)
+        gen = torch.Generator().manual_seed(2026)
+        # Many distinct prompts: greedy answers repeat per prompt, and the trainer's held-out split is per request.
+        prompts = {d: domain_prompts(tok, d, 1024, 32, gen).tolist() for d in (DOMAIN_A, DOMAIN_B)}
+        s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
+        s3.create_bucket(Bucket=self.s.bucket)
+        with tempfile.TemporaryDirectory(prefix="tide-loop-train-") as work:
+            install_crd(self.api)
+            grant_operator_rbac(self.api)
+            operator = OperatorProcess(self.plane, operator_config(Path(work), self.s)).start()
+            traffic = Traffic(prompts, TrafficSettings(model=SERVED_MODEL, temperature=0.0), self.pod_urls)
+            watcher = threading.Thread(target=self._watch, daemon=True, name="loop-watch")
+            try:
+                self.apply(target, str(info["revision"]), draft)
+                self.wait_serving()
+                traffic.start()
+                watcher.start()
+                self.phases(traffic)
+            except BaseException:
+                self.diagnose()
+                raise
+            finally:
+                self._watching.set()
+                traffic.stop()
+                operator.stop()
+            self.collect(traffic)
+        return self.result
+
+    def apply(self, target: Path, revision: str, draft: Path) -> None:
+        ns = self.s.namespace
+        self.core.create_namespace({"metadata": {"name": ns}})
+        _wait(lambda: any(sa.secrets for sa in self.core.list_namespaced_service_account(ns).items),
+              "the namespace's service account token", 30)
+        self.core.create_namespaced_secret(ns, {"metadata": {"name": "s3-creds"}, "stringData": {
+            "AWS_ACCESS_KEY_ID": "loop", "AWS_SECRET_ACCESS_KEY": "loop"}})
+        self.say(f"TideDeployment {ns}/{self.s.name}: target {target.name}, launch draft {draft.name} "
+                 f"(EAGLE-3, trained on {DOMAIN_A} only), 2 vLLM CPU pods")
+        self.objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
+                                                     deployment(self.s, target, revision, draft, self.endpoint))
+
+    def wait_serving(self) -> None:
+        started = time.monotonic()
+        self.say("Waiting for the vLLM pods to load the target and the draft (about a minute on CPU)")
+        _wait(lambda: len(self.pod_urls()) == 2, "two Ready vLLM pods", 420)
+        self.result.phase_s["pods_ready"] = time.monotonic() - started
+        self.say(f"  2/2 vLLM pods Ready after {self.result.phase_s['pods_ready']:.0f}s: "
+                 + ", ".join(self.pod_urls()))
+
+    # ---- the scenario ------------------------------------------------------------------------------
+    def phases(self, traffic: Traffic) -> None:
+        r = self.result
+        self.say(f"Traffic: {DOMAIN_A} prompts, 2 requests in flight per pod (greedy, 96 new tokens)")
+        started = time.monotonic()
+        _wait(lambda: (self.status().get("speculation") or {}).get("enabled") is True, "speculation on", 120)
+        warm = min(40, self.s.domain_a_requests // 4)
+        wait_requests(traffic, DOMAIN_A, warm, 300)
+        r.acceptance["before_shift"] = self.measure(
+            f"{DOMAIN_A}, launch draft", lambda: wait_requests(traffic, DOMAIN_A, self.s.domain_a_requests, 600))
+        r.phase_s["domain_a"] = time.monotonic() - started
+
+        self.say(f"Traffic shifts to {DOMAIN_B}")
+        traffic.switch(DOMAIN_B)
+        shifted = time.monotonic()
+        time.sleep(5)  # requests in flight finish on the old domain
+        r.acceptance["after_shift"] = self.measure(f"{DOMAIN_B}, launch draft")
+        _wait(self.promoted, "a draft promoted to every pod", self.s.timeout_s)
+        r.phase_s["shift_to_promotion"] = time.monotonic() - shifted
+        # The loop goes on (TIDE keeps collecting): record the first promotion as it stands now.
+        r.pod_drafts = self.pod_drafts()
+        self.read_registry()
+        time.sleep(5)
+        r.acceptance["after_promotion"] = self.measure(f"{DOMAIN_B}, promoted draft")
+        self._phase_walls(shifted)
+
+    def measure(self, what: str, window: Callable[[], None] | None = None) -> float:
+        """Mean acceptance length over the window (default measure_s), from every pod's own vLLM counters."""
+        before, started = self.counters(), time.monotonic()
+        (window or (lambda: time.sleep(self.s.measure_s)))()
+        after, took = self.counters(), time.monotonic() - started
+        drafts = sum(after[u][0] - before.get(u, (0.0, 0.0))[0] for u in after)
+        accepted = sum(after[u][1] - before.get(u, (0.0, 0.0))[1] for u in after)
+        length = 1.0 + accepted / drafts if drafts > 0 else float("nan")
+        self.say(f"  acceptance length on {what}: {length:.3f} ({drafts:.0f} drafts in {took:.0f}s)")
+        return length
+
+    def promoted(self) -> bool:
+        drafts = self.pod_drafts()
+        return len(drafts) == 2 and all(v is not None and v.startswith("v") for v in drafts.values())
+
+    def _phase_walls(self, shifted: float) -> None:
+        # Lifecycle transitions after the shift, as the watcher saw them: time spent in each phase.
+        marks = [t for t in self.result.transitions if t.at_s >= shifted - self.t0]
+        for here, nxt in itertools.pairwise(marks):
+            key = f"phase_{here.phase}"
+            self.result.phase_s[key] = self.result.phase_s.get(key, 0.0) + nxt.at_s - here.at_s
+
+    def _watch(self) -> None:
+        last: tuple[str, str] | None = None
+        while not self._watching.is_set():
+            try:
+                st = self.status()
+            except (ApiException, OSError):
+                st = {}
+            lc = (st.get("controlState") or {}).get("lifecycle") or {}
+            decision = st.get("lastDecision") or {}
+            seen = (lc.get("phase", "-"), decision.get("reason", "-"))
+            if lc and seen != last:
+                last = seen
+                at = time.monotonic() - self.t0
+                self.result.transitions.append(Transition(at, seen[0], seen[1], decision.get("message") or ""))
+                self.say(f"  operator: phase={seen[0]:10s} {seen[1]}: {decision.get('message') or ''}")
+            self._watching.wait(1.0)
+
+    def diagnose(self) -> None:
+        """What a user needs when the loop stalls: the status and the tail of every pod's log."""
+        try:
+            st = self.status()
+            self.say("status: " + json.dumps({k: st.get(k) for k in (
+                "phase", "conditions", "speculation", "lastDecision", "draft", "controlState")}, default=str))
+        except (ApiException, OSError) as err:
+            self.say(f"status unavailable: {err}")
+        for log in sorted((Path(self.plane.state_dir) / "pods" / self.s.namespace).glob("*/*.log")):
+            tail = log.read_text(errors="replace")[-3000:]
+            self.say(f"---- {log.parent.name}/{log.name} (tail)\n{tail}")
+
+    # ---- observation helpers -------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        td = self.objects.get_namespaced_custom_object(GROUP, VERSION, self.s.namespace, PLURAL, self.s.name)
+        return td.get("status") or {}
+
+    def _pods(self) -> list[Any]:
+        selector = ",".join(f"{k}={v}" for k, v in selector_labels(self.s.name, COMPONENT_INFERENCE).items())
+        pods = self.core.list_namespaced_pod(self.s.namespace, label_selector=selector).items
+        return [p for p in pods if p.status.pod_ip and not p.metadata.deletion_timestamp and any(
+            c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+
+    def pod_urls(self) -> list[str]:
+        return sorted(f"http://{p.status.pod_ip}:{PORT}" for p in self._pods())
+
+    def counters(self) -> dict[str, tuple[float, float]]:
+        out = {}
+        for url in self.pod_urls():
+            with _urlopen(f"{url}/metrics") as response:
+                text = response.read().decode()
+            out[url] = (metric_value(text, "vllm:spec_decode_num_drafts_total"),
+                        metric_value(text, "vllm:spec_decode_num_accepted_tokens_total"))
+        return out
+
+    def pod_drafts(self) -> dict[str, str | None]:
+        try:
+            secret = self.core.read_namespaced_secret(f"{self.s.name}-control", self.s.namespace)
+        except ApiException:
+            return {}
+        token = base64.b64decode(secret.data["token"]).decode()
+        out: dict[str, str | None] = {}
+        for url in self.pod_urls():
+            try:
+                draft = ServingControlClient(url, token, timeout_s=10).status().draft
+            except (ServingControlError, OSError):
+                continue
+            out[url] = draft.version if draft else None
+        return out
+
+    def read_registry(self) -> None:
+        s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
+        registry = DraftRegistry(s3, self.s.bucket, f"{self.s.namespace}/{self.s.name}")
+        r = self.result
+        r.pointer, _ = registry.promoted()
+        if r.pointer is not None:
+            r.manifest = registry.draft_manifest(r.pointer.version)
+        r.history = registry.history()
+
+    def collect(self, traffic: Traffic) -> None:
+        r = self.result
+        items = self.core.list_namespaced_event(
+            self.s.namespace, field_selector=f"involvedObject.name={self.s.name}").items
+        items.sort(key=lambda e: (e.first_timestamp or e.event_time or e.metadata.creation_timestamp,
+                                  e.metadata.creation_timestamp))
+        r.events = [(e.reason or "", e.message or "") for e in items]
+        r.trainer_jobs = sorted(j.metadata.name for j in self.batch.list_namespaced_job(self.s.namespace).items)
+        r.requests_ok, r.requests_failed = traffic.stats.total_ok, list(traffic.stats.failed)
+
+
+def _urlopen(url: str) -> Any:
+    return urllib.request.urlopen(url, timeout=30)  # loopback pod IPs only
+
+
+def _wait(probe: Callable[[], Any], what: str, timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if found := probe():
+            return found
+        time.sleep(1.0)
+    raise TimeoutError(f"gave up after {timeout_s:.0f}s waiting for {what}")
+
+
+def summary_table(result: LoopResult) -> str:
+    rows = [("acceptance length, before the shift", result.acceptance.get("before_shift")),
+            ("acceptance length, after the shift", result.acceptance.get("after_shift")),
+            ("acceptance length, after promotion", result.acceptance.get("after_promotion"))]
+    lines = [f"{name:40s} {value:8.3f}" for name, value in rows if value is not None]
+    lines += [f"{'wall time, ' + k.replace('_', ' '):40s} {v:7.0f}s" for k, v in result.phase_s.items()]
+    lines.append(f"{'requests served / failed':40s} {result.requests_ok:8d} / {len(result.requests_failed)}")
+    if result.pointer is not None:
+        lines.append(f"{'promoted.json':40s} {result.pointer.version} (run {result.pointer.run_id})")
+    return "\n".join(lines)
+
+
+def dumps(result: LoopResult) -> str:
+    return json.dumps({"acceptance": result.acceptance, "phase_s": result.phase_s,
+                       "requests_ok": result.requests_ok, "requests_failed": len(result.requests_failed)}, indent=2)
