@@ -92,11 +92,13 @@ class ClusterEffects:
             raise EffectError(str(e)) from e
 
     def roll_back(self, action: act.RollBack) -> None:
+        # Pods first, the history last: a swap that fails is retried next pass, and the history
+        # must not record a rejection the pass then reverses.
+        self._serve(self._promoted_pointer(), self.canary_pods(self.spec.control.canary.replicas))
         try:
             self.registry.record_rejection(action.candidate, now=datetime.now(UTC), reason=action.message)
         except STORAGE_ERRORS as e:
             raise EffectError(f"record rollback of {action.candidate}: {e}") from e
-        self._serve(self._promoted_pointer(), self.canary_pods(self.spec.control.canary.replicas))
 
     def serve_draft(self, action: act.ServeDraft) -> None:
         if action.version is None:

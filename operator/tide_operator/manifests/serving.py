@@ -119,6 +119,8 @@ def _container(
         "readinessProbe": {
             "httpGet": {"path": "/health", "port": PORT_NAME},
             "periodSeconds": 10,
+            # A busy engine answers /health late; the 1 s default would take loaded pods out of service.
+            "timeoutSeconds": 5,
             "failureThreshold": 3,
         },
         "resources": pod.gpu_resources(spec.inference, gpu_class, spec.inference.gpus_per_replica),
