@@ -128,7 +128,7 @@ class TideControlPlugin:
         settings = load_settings()
         control = ControlState(engine_client, settings, model_name=model_name, vllm_version=vllm.__version__,
                                runtime_speculation=runtime, launch_speculation=launched)
-        control.current_dir = draft_dir
+        control.current_dir = control.launch_dir = draft_dir
         state.tide_control = control
         try:
             await control.refresh()

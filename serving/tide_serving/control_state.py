@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from tide_contracts import serving_control as sc
@@ -42,6 +43,7 @@ class ControlState:
         self.worker: dict[str, Any] | None = None  # rank 0's last status
         self.warnings: list[str] = []
         self.current_dir: str | None = None  # local directory of the serving draft (restore on failure)
+        self.launch_dir: str | None = None  # the --speculative-config draft, when a local directory
         self.refresher: asyncio.Task[None] | None = None
 
     # ---- snapshot ------------------------------------------------------------------------------
@@ -148,7 +150,7 @@ class ControlState:
                                      "(launched without --speculative-config)")
             started = time.monotonic()
             try:
-                verified = await asyncio.to_thread(self._fetch_and_verify, req, w)
+                verified = self._launch_draft(req, w) or await asyncio.to_thread(self._fetch_and_verify, req, w)
             except DraftRefused as refused:
                 self.swap_results["refused"] += 1
                 raise ControlFailure(refused.code, refused.message) from refused
@@ -162,6 +164,18 @@ class ControlState:
             assert info is not None
             return sc.DraftLoadResult(draft=info, previous_version=previous, verify_seconds=verify_s,
                                       pause_seconds=pause_s)
+
+    def _launch_draft(self, req: sc.DraftLoadRequest, worker: dict[str, Any]) -> VerifiedDraft | None:
+        """Back to the launch draft (a rollback with nothing promoted): the engine loaded these files at
+        launch, so they need no manifest; any other source is fetched and verified."""
+        initial = self.settings.initial_draft_version
+        if self.launch_dir is None or req.source.rstrip("/") != self.launch_dir.rstrip("/"):
+            return None
+        if req.version not in (None, initial):
+            raise DraftRefused(sc.ErrorCode.INVALID_REQUEST,
+                               f"{req.source} is this pod's launch draft, version {initial!r}, not {req.version!r}")
+        return VerifiedDraft(path=Path(self.launch_dir), version=initial, target_revision=self.settings.target_revision,
+                             architecture=DraftArchitecture.from_json(worker["architecture"]))
 
     def _fetch_and_verify(self, req: sc.DraftLoadRequest, worker: dict[str, Any]) -> VerifiedDraft:
         path = fetch_draft(req.source, self.settings.downloads_dir)

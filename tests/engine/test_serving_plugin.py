@@ -300,3 +300,16 @@ def test_load_draft_from_s3(server, client, registry, bucket) -> None:
     assert loaded.draft.version == "v1"
     assert loaded.draft.source == source
     assert acceptance_while(server, lambda: generate(server, [11, 12, 13], 24)) < 0.05
+
+
+def test_back_to_the_launch_draft_without_a_manifest(server, client, registry, tiny_models) -> None:
+    """A canary rolled back before anything was promoted returns to the launch draft's own files."""
+    client.load_draft(sc.DraftLoadRequest(source=str(registry["random"]), version="v1"))
+    launch = str(tiny_models.good_draft)
+    assert not (Path(launch) / "manifest.json").exists()
+    with pytest.raises(sc.ServingControlError) as wrong_version:
+        client.load_draft(sc.DraftLoadRequest(source=launch, version="v4"))
+    assert wrong_version.value.code is sc.ErrorCode.INVALID_REQUEST
+    back = client.load_draft(sc.DraftLoadRequest(source=launch))
+    assert (back.previous_version, back.draft.version) == ("v1", "initial")
+    assert acceptance_while(server, lambda: generate(server, [7, 8, 9], 30)) > 0.25
