@@ -1,7 +1,10 @@
-.PHONY: demo test setup lint cluster-up cluster-down clean kind-e2e
+.PHONY: demo demo-fast test setup lint cluster-up cluster-down clean kind-e2e
 
-demo:            ## the whole loop on a local control plane (see README)
+demo:            ## the whole loop, real vLLM on CPU + real trainer (~15 min; see README)
 	bash hack/demo.sh
+
+demo-fast:       ## the operator story with simulated vLLM pods (~1 min once cached)
+	bash hack/demo.sh --fast
 
 test:            ## lint + every test tier; installs what it needs
 	bash hack/test.sh

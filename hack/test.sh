@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, unit, integration on the real local control plane, and the
-# real-vLLM tier in its own (cached) environment. Installs what it needs first.
+# real-vLLM tier in its own (cached) environment, then the whole loop end to end. Installs what it needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
@@ -20,3 +20,8 @@ t2=$SECONDS
 "$VLLM_PY" -m pytest -m vllm tests/engine "$@"
 TIDE_VLLM_TESTS=1 .venv/bin/python -m pytest -m vllm tests/unit/trainer "$@"
 echo "== real-vLLM tier took $((SECONDS - t2))s"
+
+# End to end: the demo's whole loop as a test (real vLLM pods, the real trainer Job, ~10 minutes).
+t3=$SECONDS
+TIDE_VLLM_TESTS=1 .venv/bin/python -m pytest -m vllm tests/e2e "$@"
+echo "== end-to-end tier took $((SECONDS - t3))s"

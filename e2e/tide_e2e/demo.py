@@ -1,6 +1,10 @@
-"""`python -m tide_e2e.demo`: the operator at work on a local control plane, narrated live.
+"""`python -m tide_e2e.demo [--fast]`: the operator at work on a local control plane, narrated live.
 
-Starts the plane (etcd, kube-apiserver, controller-manager, scheduler, fake H100/MI250/CPU nodes,
+Default: the whole loop with real vLLM pods on CPU and the real trainer (tide_e2e.whole_loop):
+traffic shifts from code to prose, the operator detects it, captures, trains, canaries and promotes
+a new draft; then `tide plot` and a summary table. About 15 minutes on 2 cores.
+
+--fast: starts the plane (etcd, kube-apiserver, controller-manager, scheduler, fake H100/MI250/CPU nodes,
 the process kubelet, Prometheus), installs the CRD and RBAC, runs the operator as its own user,
 applies examples/local-tidedeployment.yaml and shows what the operator does: GPU pools chosen,
 vLLM pods placed and Ready, Prometheus scraping them, speculation switched on and off as load
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -28,7 +33,7 @@ from moto.server import ThreadedMotoServer
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 from tide_localcluster import binaries, plane
 from tide_localcluster.client import api_client
-from tide_localcluster.paths import DEFAULT_POOLS, REPO_ROOT
+from tide_localcluster.paths import DEFAULT_IMAGES, DEFAULT_POOLS, REPO_ROOT
 from tide_operator.api import GROUP, PLURAL, VERSION
 
 EXAMPLE = REPO_ROOT / "examples" / "local-tidedeployment.yaml"
@@ -155,7 +160,7 @@ def run(state_dir: Path) -> None:
     say("Building or reusing Kubernetes v1.20.2 binaries (cached in ~/.cache/tide)")
     binaries.ensure_built()
     say("Starting etcd, kube-apiserver, controller-manager, scheduler, fake GPU nodes, process kubelet, Prometheus")
-    info = plane.up(state_dir, DEFAULT_POOLS)
+    info = plane.up(state_dir, DEFAULT_POOLS, DEFAULT_IMAGES)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request access log
     s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     operator = None
@@ -194,11 +199,53 @@ def demo_operator_config(scenario: Path) -> dict[str, Any]:
             "serving": {"command": [sys.executable, "-m", "tide_vllm_sim", "--sim-scenario", str(scenario)]}}
 
 
+def run_full(state_dir: Path, plot: Path) -> None:
+    """The whole loop with real vLLM pods and the real trainer (tide_e2e.whole_loop), then the plot."""
+    from tide_e2e.whole_loop import LoopSettings, WholeLoop, summary_table
+
+    say("Building or reusing Kubernetes v1.20.2 binaries, the tiny target and its launch draft (cached)")
+    binaries.ensure_built()
+    say("Starting etcd, kube-apiserver, controller-manager, scheduler, fake GPU nodes, process kubelet, Prometheus")
+    info = plane.up(state_dir, DEFAULT_POOLS, DEFAULT_IMAGES)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    try:
+        s3.start()
+        host, port = s3.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        for name, value in (("AWS_ACCESS_KEY_ID", "demo"), ("AWS_SECRET_ACCESS_KEY", "demo")):
+            os.environ.setdefault(name, value)  # loopback moto accepts any key
+        say(f"Control plane up; KUBECONFIG={info.kubeconfig}; S3 (moto) at {endpoint}")
+        settings = LoopSettings(namespace="llm")
+        result = WholeLoop(api_client(info), info, endpoint, settings, say=say).run()
+        write_plot(info, settings.namespace, settings.name, plot)
+        say("Summary:\n" + summary_table(result))
+    finally:
+        s3.stop()
+        plane.down(state_dir)
+        say("Everything stopped and removed.")
+
+
+def write_plot(info: plane.PlaneInfo, namespace: str, name: str, out: Path) -> None:
+    from tide_operator.cli.__main__ import main as tide
+
+    code = tide(["plot", name, "-n", namespace, "--kubeconfig", info.kubeconfig, "--prometheus",
+                 info.prometheus_url, "--since", "30m", "--out", str(out)])
+    say(f"tide plot {name} -> {out.resolve()}" if code == 0 else f"tide plot failed with exit code {code}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="tide-demo", description=__doc__).parse_args(argv)
+    parser = argparse.ArgumentParser(prog="tide-demo", description=__doc__)
+    parser.add_argument("--fast", action="store_true",
+                        help="simulated vLLM pods (about a minute): the operator story and speculation on/off")
+    parser.add_argument("--plot", type=Path, default=Path("tide-demo.png"), help="PNG the full demo writes")
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="tide-demo-") as tmp:
         try:
-            run(Path(tmp) / "plane")
+            if args.fast:
+                run(Path(tmp) / "plane")
+            else:
+                run_full(Path(tmp) / "plane", args.plot)
         except KeyboardInterrupt:
             say("Interrupted; everything was stopped.")
             return 130

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_demo_runs_the_operator_story_and_cleans_up():
-    done = subprocess.run([sys.executable, "-m", "tide_e2e.demo"], capture_output=True, text=True, timeout=400,
+    done = subprocess.run([sys.executable, "-m", "tide_e2e.demo", "--fast"], capture_output=True, text=True, timeout=400,
                           check=False)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
