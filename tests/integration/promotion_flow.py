@@ -1,0 +1,186 @@
+"""Shared pieces of the promotion scenarios: simulator scenario, operator config, seed draft, spec, probes.
+
+The vLLM pods run the simulator (acceptance per draft version and traffic domain from a scenario
+file, shards in the trainer's format written to S3 while capture is on); the trainer Job runs the
+real `python -m tide_trainer train` on those shards, warm-starting from a tiny speculators draft
+shaped like the simulator's capture model.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tide_contracts.registry import DraftRegistry, FileEntry, Manifest
+from tide_contracts.serving_control import ServingControlClient, ServingControlError
+from tide_operator.api import GROUP, PLURAL, VERSION
+from tide_trainer.export import export_speculators
+from tide_trainer.model import DraftConfig, Eagle3Draft
+
+REVISION = "r1"
+HIDDEN, VOCAB = 32, 64  # the simulator's capture model and the seed draft agree on these
+CAPTURE = {"hidden_size": HIDDEN, "vocab_size": VOCAB, "aux_layer_ids": [1, 2, 3], "max_rows_per_request": 48}
+# Small, quick training runs (CPU, two cores): a few dozen steps on the newest shards.
+TRAINER_ARGS = ["--ttt-steps", "2", "--epochs", "2", "--max-steps", "40", "--lr", "0.01", "--batch-size", "8",
+                "--eval-fraction", "0.2", "--window-shards", "8", "--log-every", "10"]
+
+
+def scenario(domain: str, acceptance: dict[str, dict[str, float]]) -> dict[str, Any]:
+    return {"seed": 5, "acceptance": acceptance, "capture": CAPTURE,
+            "timeline": [{"at_s": 0, "domain": domain, "background_running": 4}]}
+
+
+def operator_config(scenario_file: Path, work: Path) -> dict[str, Any]:
+    """Short intervals and windows; the simulator as the serving command; one trainer work dir per run."""
+    return {"resyncIntervalSeconds": 2, "prometheusWindowSeconds": 8, "prometheusIntervalSeconds": 2,
+            "serving": {"command": [sys.executable, "-m", "tide_vllm_sim", "--sim-scenario", str(scenario_file)]},
+            # Pods here are processes without volumes: one work dir per run, or a run resumes another's checkpoint.
+            "trainer": {"workDir": f"{work}/{{namespace}}/{{name}}/{{run_id}}", "extraArgs": TRAINER_ARGS}}
+
+
+def seed_draft_files(out: Path) -> list[Path]:
+    """An untrained EAGLE-3 draft in speculators format, shaped like the simulator's capture model."""
+    torch.manual_seed(7)
+    cfg = DraftConfig(vocab_size=VOCAB, draft_vocab_size=VOCAB, hidden_size=HIDDEN, target_hidden_size=HIDDEN,
+                      intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                      aux_layer_ids=[1, 2, 3])
+    return export_speculators(Eagle3Draft(cfg), out, verifier="target", speculative_tokens=3)
+
+
+def upload(s3: Any, bucket: str, prefix: str, files: list[Path]) -> None:
+    for f in files:
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/{f.name}", Body=f.read_bytes())
+
+
+def promote_seed(s3: Any, bucket: str, prefix: str, files: list[Path]) -> None:
+    """A promoted v1 in the registry before the deployment starts (the operator's own registry code)."""
+    upload(s3, bucket, f"{prefix}/candidates/seed", files)
+    manifest = Manifest(kind="candidate", run_id="seed", created_at=datetime.now(UTC).isoformat(),
+                        target_revision=REVISION, eval={"candidate_acceptance_length": 2.0},
+                        files={f.name: FileEntry(sha256=hashlib.sha256(f.read_bytes()).hexdigest(),
+                                                 bytes=f.stat().st_size) for f in files})
+    s3.put_object(Bucket=bucket, Key=f"{prefix}/candidates/seed/manifest.json",
+                  Body=manifest.model_dump_json().encode())
+    DraftRegistry(s3, bucket, prefix).promote("seed", target_revision=REVISION, tokenizer_hash=None,
+                                               now=datetime.now(UTC), reason="seed")
+
+
+def spec(bucket: str, endpoint: str, control: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The promotion scenarios' spec; ``control`` overrides spec.control one section at a time."""
+    body: dict[str, Any] = {
+        "target": {"model": "tide-local/tiny", "revision": REVISION, "servedModelName": "chat"},
+        "draft": {"method": "eagle3", "initial": f"s3://{bucket}/seed-draft", "numSpeculativeTokens": 3},
+        "inference": {"replicas": 2, "gpusPerReplica": 1},
+        "control": {
+            "interval": "5s", "decision": {"minDwell": "6s"}, "adaptiveSpeculativeTokens": False,
+            "drift": {"shortHalfLife": "5s", "longHalfLife": "60s", "thresholdPercent": 5, "minSamples": 200},
+            "capture": {"enabled": False, "samplingPercent": 20},
+            "training": {"sampleThreshold": 40, "backoff": "10s"},
+            "canary": {"replicas": 1, "analysisWindow": "30s", "minAcceptanceLengthGainPercent": 2,
+                       "minPromotionInterval": "0s"},
+        },
+        "storage": {"s3": {"bucket": bucket, "endpoint": endpoint, "region": "us-east-1",
+                           "credentialsSecret": "s3-creds"}},
+    }
+    for section, values in (control or {}).items():
+        body["control"][section] = {**body["control"].get(section, {}), **values}
+    return body
+
+
+def create(kube: Any, namespace: str, body: dict[str, Any]) -> None:
+    client.CoreV1Api(kube).create_namespaced_secret(namespace, {
+        "metadata": {"name": "s3-creds"}, "stringData": {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}})
+    client.CustomObjectsApi(kube).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TideDeployment", "metadata": {"name": "chat"},
+        "spec": copy.deepcopy(body)})
+
+
+def patch_spec(kube: Any, namespace: str, body: dict[str, Any]) -> None:
+    client.CustomObjectsApi(kube).patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "chat",
+                                                                 {"spec": body})
+
+
+def status(kube: Any, namespace: str) -> dict[str, Any]:
+    return client.CustomObjectsApi(kube).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "chat").get("status") or {}
+
+
+def lifecycle(st: dict[str, Any]) -> dict[str, Any]:
+    return (st.get("controlState") or {}).get("lifecycle") or {}
+
+
+def condition(st: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in st.get("conditions", []) if c["type"] == kind), {})
+
+
+def status_where(kube: Any, namespace: str, holds: Any) -> dict[str, Any] | None:
+    """The status once its lifecycle satisfies `holds` (a pass swaps pods first, writes status last)."""
+    st = status(kube, namespace)
+    return st if holds(lifecycle(st)) else None
+
+
+def pod_drafts(kube: Any, namespace: str) -> dict[str, str | None]:
+    """Each ready serving pod's draft version, as the pod itself reports it (control route)."""
+    core = client.CoreV1Api(kube)
+    try:
+        token = base64.b64decode(core.read_namespaced_secret("chat-control", namespace).data["token"]).decode()
+    except ApiException as e:
+        if e.status == 404:
+            return {}  # the operator has not created it yet
+        raise
+    pods = core.list_namespaced_pod(namespace, label_selector="tide.dev/deployment=chat").items
+    out = {}
+    for p in sorted(pods, key=lambda p: p.metadata.name):
+        if p.status.pod_ip and not p.metadata.deletion_timestamp:
+            try:
+                draft = ServingControlClient(f"http://{p.status.pod_ip}:8000", token).status().draft
+            except (ServingControlError, OSError):
+                continue  # not answering yet
+            out[p.metadata.name] = draft.version if draft else None
+    return out
+
+
+def events(kube: Any, namespace: str, kind: str | None = None, reason: str | None = None) -> list[str]:
+    """Messages of the deployment's Events, optionally of one type (Normal, Warning) or reason."""
+    selector = "involvedObject.name=chat" + (f",type={kind}" if kind else "") + (f",reason={reason}" if reason else "")
+    items = client.CoreV1Api(kube).list_namespaced_event(namespace, field_selector=selector).items
+    return [e.message or "" for e in items]
+
+
+def registry_prefix(namespace: str) -> str:
+    """The deployment's registry prefix in the bucket (no spec.storage.s3.prefix: <namespace>/<name>)."""
+    return f"{namespace}/chat"
+
+
+def history(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
+    objs = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/history/").get("Contents", [])
+    return [json.loads(s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()) for o in sorted(
+        objs, key=lambda o: o["Key"])]
+
+
+def keys(s3: Any, bucket: str, prefix: str) -> list[str]:
+    return [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
+
+
+def trainer_log(plane: Any, namespace: str, run: str = "r1") -> str:
+    logs = sorted((Path(plane.state_dir) / "pods" / namespace).glob(f"chat-train-{run}-*/trainer.log"))
+    return logs[0].read_text(errors="replace") if logs else "(no trainer log)"
+
+
+def trained_job(kube: Any, plane: Any, namespace: str, run: str = "r1") -> Any:
+    """Probe: the trainer Job of `run` once it succeeded (fails the test, with its log, if it failed)."""
+    jobs = client.BatchV1Api(kube).list_namespaced_job(namespace).items
+    job = next((j for j in jobs if j.metadata.name == f"chat-train-{run}"), None)
+    if job is not None and job.status.failed:
+        raise AssertionError(f"trainer Job failed:\n{trainer_log(plane, namespace, run)}")
+    return job if job is not None and job.status.succeeded else None
