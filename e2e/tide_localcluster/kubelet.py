@@ -10,6 +10,7 @@ beyond loopback, resource enforcement.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import logging
 import os
@@ -31,9 +32,16 @@ SYNC_PERIOD_S = 0.5
 
 
 class PodAddresses:
-    """Hands out 127.1.x.y addresses, never reusing one a live pod holds."""
+    """Hands out 127.N.x.y addresses, never reusing one a live pod holds.
 
-    def __init__(self) -> None:
+    N is per plane (from its state directory, so a restarted agent keeps it): two planes on one
+    machine would otherwise give their pods the same addresses and answer each other's requests.
+    """
+
+    def __init__(self, network: int = 1) -> None:
+        if not 1 <= network <= 254:
+            raise ValueError(f"pod network 127.{network}.0.0/16: the second octet must be in 1..254")
+        self.network = network
         self._next = 1
         self._used: set[str] = set()
         self._lock = threading.Lock()
@@ -46,7 +54,7 @@ class PodAddresses:
         with self._lock:
             while True:
                 n, self._next = self._next, self._next % 65_000 + 1
-                ip = f"127.1.{n // 250}.{n % 250 + 2}"
+                ip = f"127.{self.network}.{n // 250}.{n % 250 + 2}"
                 if ip not in self._used:
                     self._used.add(ip)
                     return ip
@@ -54,6 +62,12 @@ class PodAddresses:
     def release(self, ip: str) -> None:
         with self._lock:
             self._used.discard(ip)
+
+
+def pod_network(state_dir: Path) -> int:
+    """The plane's pod network octet, 1..254, stable for a state directory."""
+    digest = hashlib.sha256(str(state_dir.resolve()).encode()).digest()
+    return 1 + int.from_bytes(digest[:4], "big") % 254
 
 
 class Kubelet:
@@ -64,7 +78,7 @@ class Kubelet:
         self.state_dir = state_dir
         self.images = images
         self.targets_file = targets_file
-        self.addresses = PodAddresses()
+        self.addresses = PodAddresses(pod_network(state_dir))
         self.processes = ProcessTable(state_dir / "pod-processes.json")
         self.process_lock = threading.Lock()
         self.runners: dict[str, PodRunner] = {}

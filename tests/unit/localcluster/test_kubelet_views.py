@@ -71,3 +71,17 @@ def test_image_catalog_maps_globs_and_rejects_unknown_fields(tmp_path):
     path.write_text("images:\n- match: x\n  volumes: []\n")
     with pytest.raises(ImageCatalogError, match=r"images\[0\]\.volumes: unknown field"):
         load_catalog(path)
+
+
+def test_each_plane_has_its_own_pod_network(tmp_path) -> None:
+    from tide_localcluster.kubelet import PodAddresses, pod_network
+
+    nets = {pod_network(tmp_path / f"plane{i}") for i in range(20)}
+    assert len(nets) > 15  # two planes on one machine almost never share 127.N.0.0/16
+    assert all(1 <= n <= 254 for n in nets)
+    assert pod_network(tmp_path / "plane0") == pod_network(tmp_path / "plane0")  # stable across agent restarts
+    addresses = PodAddresses(7)
+    first, second = addresses.allocate(), addresses.allocate()
+    assert (first, second) == ("127.7.0.3", "127.7.0.4")
+    addresses.release(first)
+    assert addresses.allocate() == "127.7.0.5"  # a released address is not handed out again at once
