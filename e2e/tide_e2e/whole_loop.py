@@ -74,6 +74,8 @@ class LoopResult:
     acceptance: dict[str, float] = field(default_factory=dict)  # before_shift, after_shift, after_promotion
     phase_s: dict[str, float] = field(default_factory=dict)  # wall time of each phase
     transitions: list[Transition] = field(default_factory=list)
+    shift_detected_at: list[float] = field(default_factory=list)  # seconds from the start, each rising edge
+    shift_at: float | None = None  # when traffic switched to domain B
     events: list[tuple[str, str]] = field(default_factory=list)  # (reason, message), oldest first
     pointer: PromotedPointer | None = None
     manifest: Manifest | None = None
@@ -198,6 +200,7 @@ class WholeLoop:
         self.say(f"Traffic shifts to {DOMAIN_B}")
         traffic.switch(DOMAIN_B)
         shifted = time.monotonic()
+        r.shift_at = shifted - self.t0
         time.sleep(5)  # requests in flight finish on the old domain
         r.acceptance["after_shift"] = self.measure(f"{DOMAIN_B}, launch draft")
         _wait(self.promoted, "a draft promoted to every pod", self.s.timeout_s)
@@ -225,25 +228,38 @@ class WholeLoop:
         return len(drafts) == 2 and all(v is not None and v.startswith("v") for v in drafts.values())
 
     def _phase_walls(self, shifted: float) -> None:
-        # Lifecycle transitions after the shift, as the watcher saw them: time spent in each phase.
-        marks = [t for t in self.result.transitions if t.at_s >= shifted - self.t0]
+        """Time in each lifecycle phase from the shift to the first promotion, as the watcher saw it."""
+        at_shift = shifted - self.t0
+        before = [t for t in self.result.transitions if t.at_s < at_shift]
+        marks = [Transition(at_shift, before[-1].phase, "", "")] if before else []
+        for t in self.result.transitions:
+            if t.at_s >= at_shift and (not marks or marks[-1].phase != "Promoted"):
+                marks.append(t)
         for here, nxt in itertools.pairwise(marks):
             key = f"phase_{here.phase}"
             self.result.phase_s[key] = self.result.phase_s.get(key, 0.0) + nxt.at_s - here.at_s
 
     def _watch(self) -> None:
         last: tuple[str, str] | None = None
+        shift = False
         while not self._watching.is_set():
             try:
                 st = self.status()
             except (ApiException, OSError):
                 st = {}
-            lc = (st.get("controlState") or {}).get("lifecycle") or {}
+            control = st.get("controlState") or {}
+            lc = control.get("lifecycle") or {}
             decision = st.get("lastDecision") or {}
             seen = (lc.get("phase", "-"), decision.get("reason", "-"))
+            at = time.monotonic() - self.t0
+            if control.get("shift_active") and not shift:
+                drift = control.get("drift") or {}
+                self.result.shift_detected_at.append(at)
+                self.say(f"  operator: workload shift detected: acceptance rate short EMA "
+                         f"{drift.get('short_ema', 0):.3f} < long EMA {drift.get('long_ema', 0):.3f}")
+            shift = bool(control.get("shift_active"))
             if lc and seen != last:
                 last = seen
-                at = time.monotonic() - self.t0
                 self.result.transitions.append(Transition(at, seen[0], seen[1], decision.get("message") or ""))
                 self.say(f"  operator: phase={seen[0]:10s} {seen[1]}: {decision.get('message') or ''}")
             self._watching.wait(1.0)

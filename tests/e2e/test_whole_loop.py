@@ -44,6 +44,12 @@ def test_shift_is_detected_trained_canaried_and_promoted_with_real_vllm(plane, k
     assert a["after_shift"] < a["before_shift"] - 0.1, a
     assert a["after_promotion"] > a["after_shift"] + 0.05, a
 
+    # The operator saw the drop itself (drift detector on Prometheus data), after the switch and before training.
+    training = next(t.at_s for t in result.transitions if t.phase == "Training")
+    assert result.shift_at is not None
+    assert any(result.shift_at < at < training for at in result.shift_detected_at), (
+        result.shift_at, result.shift_detected_at, training)
+
     # S3 at the first promotion: the pointer names v1 from run r1, its manifest lists verified files,
     # the history has the promotion, and every pod serves v1.
     assert result.pointer is not None
