@@ -27,7 +27,14 @@ from tide_operator.serving_status import EventNote, StatusDraft
 
 
 class EffectError(RuntimeError):
-    """An effect could not be carried out (a pod, S3 or the API refused); retried next pass."""
+    """An effect could not be carried out (a pod, S3 or the API refused); retried next pass.
+
+    ``reason`` is the Degraded condition's reason: which dependency failed.
+    """
+
+    def __init__(self, message: str, reason: str = Reason.STORAGE_UNREACHABLE) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class DraftRefused(EffectError):
@@ -37,8 +44,7 @@ class DraftRefused(EffectError):
     """
 
     def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+        super().__init__(message, reason)
 
 
 class Effects(Protocol):
@@ -92,7 +98,7 @@ def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReadin
         failed = _carry_out(actions, effects)
     if failed is not None:
         action, error = failed
-        reason = error.reason if isinstance(error, DraftRefused) else Reason.STORAGE_UNREACHABLE
+        reason = error.reason
         draft.condition(ConditionType.DEGRADED, True, reason, f"{type(action).__name__}: {error}", warn=True)
         return state  # retry the same decision next pass
     draft.condition(ConditionType.DEGRADED, False, Reason.AS_EXPECTED, "observations and actions succeed")

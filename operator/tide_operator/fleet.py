@@ -66,7 +66,7 @@ class Fleet:
         if refusals:
             raise DraftRefused(refusals[0], message)
         if failures:
-            raise EffectError(message)
+            raise EffectError(message, Reason.SERVING_PODS_UNREACHABLE)
 
     def set_speculation(self, enabled: bool) -> None:
         self._each("speculation " + ("on" if enabled else "off"),

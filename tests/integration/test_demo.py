@@ -11,8 +11,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_demo_runs_the_operator_story_and_cleans_up():
-    done = subprocess.run([sys.executable, "-m", "tide_e2e.demo", "--fast"], capture_output=True, text=True, timeout=400,
-                          check=False)
+    done = subprocess.run([sys.executable, "-m", "tide_e2e.demo", "--fast"], capture_output=True, text=True,
+                          timeout=400, check=False)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     for line in ("phase=Serving inference=H100 ready=2/2 training=MI250", "Service restored",

@@ -57,6 +57,7 @@ class Reason:
     # Degraded
     PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
     STORAGE_UNREACHABLE = "StorageUnreachable"
+    SERVING_PODS_UNREACHABLE = "ServingPodsUnreachable"  # a control route failed or did not answer
     CHECKSUM_MISMATCH = "ChecksumMismatch"
     INCOMPATIBLE_DRAFT = "IncompatibleDraft"
     MANIFEST_INVALID = "ManifestInvalid"

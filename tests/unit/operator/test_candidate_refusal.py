@@ -21,6 +21,7 @@ from botocore.config import Config
 from tide_contracts.registry import DraftRegistry, FileEntry, Manifest, manifest_json
 from tide_contracts.serving_control import ErrorCode, ServingControlError
 from tide_operator.api import parse_spec
+from tide_operator.api.conditions import Reason
 from tide_operator.api.status import Phase, TideDeploymentStatus
 from tide_operator.control import actions as act
 from tide_operator.control.canary import CanaryAnalysis, CanaryParams, PodGroupMetrics
@@ -69,6 +70,7 @@ def test_a_pod_that_cannot_reach_the_source_is_retried_not_refused() -> None:
     with pytest.raises(EffectError) as failed:
         fleet_answering(ErrorCode.SOURCE_UNAVAILABLE).load_draft("s3://b/ns/chat/candidates/r1", None)
     assert not isinstance(failed.value, DraftRefused)
+    assert failed.value.reason == Reason.SERVING_PODS_UNREACHABLE  # Degraded names the pods, not S3
 
 
 # -- effects (real registry on the loopback S3 server) ----------------------------------------------
