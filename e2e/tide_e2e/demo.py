@@ -9,13 +9,15 @@ the process kubelet, Prometheus), installs the CRD and RBAC, runs the operator a
 applies examples/local-tidedeployment.yaml and shows what the operator does: GPU pools chosen,
 vLLM pods placed and Ready, Prometheus scraping them, speculation switched on and off as load
 moves (decided from live Prometheus data), drift repaired, a bad spec refused without touching
-what runs. Ctrl-C or the end leaves nothing running.
+what runs; then the loop on the stand-in: capture on, traffic shift, the real trainer Job on the
+stand-in's shards, canary and promotion. Ctrl-C or the end leaves nothing running.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import logging
 import os
 import sys
@@ -31,6 +33,7 @@ from kubernetes import client
 from moto.server import ThreadedMotoServer
 
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
+from tide_e2e.sim_draft import CAPTURE, TRAINER_ARGS, seed_draft_files
 from tide_localcluster import binaries, plane
 from tide_localcluster.client import api_client
 from tide_localcluster.paths import DEFAULT_IMAGES, DEFAULT_POOLS, REPO_ROOT
@@ -39,12 +42,16 @@ from tide_operator.api import GROUP, PLURAL, VERSION
 EXAMPLE = REPO_ROOT / "examples" / "local-tidedeployment.yaml"
 SHOWN_CONDITIONS = ("Ready", "SpeculationEnabled", "Degraded")
 ACCEPTANCE = 0.6  # the stand-in's draft: per-token acceptance on the demo's traffic
+# Per draft version and traffic domain: the launch draft loses on "legal"; a draft trained on the
+# shards captured after the shift (candidate r1, promoted as v1) wins it back.
+ACCEPTANCE_TABLE = {"initial": {"general": ACCEPTANCE, "legal": 0.45},
+                    "r1": {"general": ACCEPTANCE, "legal": 0.75}, "v1": {"general": ACCEPTANCE, "legal": 0.75}}
 
 
-def traffic(background_running: int) -> dict[str, Any]:
-    """The stand-in's scenario: its draft's acceptance and the load it sees (requests running)."""
-    return {"seed": 1, "acceptance": {"initial": {"general": ACCEPTANCE}},
-            "timeline": [{"at_s": 0, "domain": "general", "background_running": background_running}]}
+def traffic(background_running: int, domain: str = "general") -> dict[str, Any]:
+    """The stand-in's scenario: its drafts' acceptance, the traffic domain and the load (requests running)."""
+    return {"seed": 1, "acceptance": ACCEPTANCE_TABLE, "capture": CAPTURE,
+            "timeline": [{"at_s": 0, "domain": domain, "background_running": background_running}]}
 T = TypeVar("T")
 STARTED = time.monotonic()
 
@@ -134,6 +141,33 @@ class Demo:
                 f"(acceptance length {spec.get('acceptanceLengthMilli', 0) / 1000:.2f}, modelled speedup "
                 f"{spec['modelledSpeedupPercent'] / 100:.2f}x; {last.get('reason', '-')})")
 
+    def loop(self) -> None:
+        say("Capture is enabled (kubectl patch: control.capture.enabled=true), then traffic shifts to 'legal':")
+        self.objects.patch_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, self.name,
+                                                    {"spec": {"control": {"capture": {"enabled": True}}}})
+        self.scenario.write_text(yaml.safe_dump(traffic(4, "legal")))
+        seen: list[str] = []
+
+        def promoted() -> bool:
+            status = self.td().get("status") or {}
+            decision = status.get("lastDecision") or {}
+            line = f"{decision.get('action', '-')}: {decision.get('reason', '-')}: {decision.get('message', '')}"
+            if decision and line not in seen:
+                seen.append(line)
+                say("  decision " + line)
+            lifecycle = (status.get("controlState") or {}).get("lifecycle") or {}
+            return lifecycle.get("last_promotion_at") is not None
+
+        wait(promoted, "a promotion", timeout_s=400)
+        jobs = client.BatchV1Api(self.api).list_namespaced_job(self.ns).items
+        for job in jobs:
+            say(f"  trainer Job {job.metadata.name}: succeeded={job.status.succeeded or 0} on the training pool")
+        s3 = boto3.client("s3", endpoint_url=self.manifest["spec"]["storage"]["s3"]["endpoint"],
+                          region_name="us-east-1", aws_access_key_id="demo",
+                          aws_secret_access_key="demo")  # noqa: S106 (loopback moto)
+        pointer = json.loads(s3.get_object(Bucket="tide", Key=f"{self.ns}/{self.name}/promoted.json")["Body"].read())
+        say(f"  s3://tide/{self.ns}/{self.name}/promoted.json -> {pointer['version']} (run {pointer['run_id']})")
+
     def drift(self) -> None:
         say("Someone deletes the vLLM Service by hand; the operator's next pass puts it back:")
         self.core.delete_namespaced_service(f"{self.name}-vllm", self.ns)
@@ -170,6 +204,7 @@ def run(state_dir: Path) -> None:
         endpoint = f"http://{host}:{port}"
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="demo",
                      aws_secret_access_key="demo").create_bucket(Bucket="tide")  # noqa: S106 (loopback moto)
+        upload_seed_draft(endpoint, state_dir / "seed-draft")
         say(f"Control plane up; KUBECONFIG={info.kubeconfig}; S3 (moto) at {endpoint}")
         scenario = state_dir / "traffic.yaml"
         scenario.write_text(yaml.safe_dump(traffic(4)))
@@ -184,7 +219,8 @@ def run(state_dir: Path) -> None:
         demo.speculation()
         demo.drift()
         demo.bad_spec()
-        say("Done. Next to join this demo: collection, training on the MI250 pool, canary and promotion.")
+        demo.loop()
+        say("Done. `make demo` runs this loop with real vLLM pods and the real trainer.")
     finally:
         if operator is not None:
             operator.stop()
@@ -196,7 +232,18 @@ def run(state_dir: Path) -> None:
 def demo_operator_config(scenario: Path) -> dict[str, Any]:
     """The chart's defaults, with vLLM pods running the stand-in and short windows for a short demo."""
     return {"resyncIntervalSeconds": 2, "prometheusWindowSeconds": 8, "prometheusIntervalSeconds": 2,
-            "serving": {"command": [sys.executable, "-m", "tide_vllm_sim", "--sim-scenario", str(scenario)]}}
+            "serving": {"command": [sys.executable, "-m", "tide_vllm_sim", "--sim-scenario", str(scenario)]},
+            # Pods here are processes without volumes: one work dir per run, or a run resumes another's.
+            "trainer": {"workDir": f"{scenario.parent}/train/{{namespace}}/{{name}}/{{run_id}}",
+                        "extraArgs": TRAINER_ARGS}}
+
+
+def upload_seed_draft(endpoint: str, out: Path) -> None:
+    """The launch draft the trainer warm-starts from (shaped like the stand-in's capture model)."""
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="demo",
+                      aws_secret_access_key="demo")  # noqa: S106 (loopback moto)
+    for f in seed_draft_files(out):
+        s3.put_object(Bucket="tide", Key=f"drafts/initial/{f.name}", Body=f.read_bytes())
 
 
 def run_full(state_dir: Path, plot: Path) -> None:

@@ -17,24 +17,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import torch
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tide_contracts.registry import DraftRegistry, FileEntry, Manifest
 from tide_contracts.serving_control import ServingControlClient, ServingControlError
+from tide_e2e.sim_draft import CAPTURE, TRAINER_ARGS, seed_draft_files  # noqa: F401 (re-exported to the tests)
 from tide_operator.api import GROUP, PLURAL, VERSION
-from tide_trainer.export import export_speculators
-from tide_trainer.model import DraftConfig, Eagle3Draft
 
 REVISION = "r1"
-HIDDEN, VOCAB = 32, 64  # the simulator's capture model and the seed draft agree on these
-CAPTURE = {"hidden_size": HIDDEN, "vocab_size": VOCAB, "aux_layer_ids": [1, 2, 3], "max_rows_per_request": 48}
-# Small, quick training runs (CPU, two cores): a few dozen steps on the newest shards.
-TRAINER_ARGS = ["--ttt-steps", "2", "--epochs", "2", "--max-steps", "40", "--lr", "0.01", "--batch-size", "8",
-                "--eval-fraction", "0.2", "--window-shards", "8", "--log-every", "10"]
-
-
 def scenario(domain: str, acceptance: dict[str, dict[str, float]]) -> dict[str, Any]:
     return {"seed": 5, "acceptance": acceptance, "capture": CAPTURE,
             "timeline": [{"at_s": 0, "domain": domain, "background_running": 4}]}
@@ -46,15 +37,6 @@ def operator_config(scenario_file: Path, work: Path) -> dict[str, Any]:
             "serving": {"command": [sys.executable, "-m", "tide_vllm_sim", "--sim-scenario", str(scenario_file)]},
             # Pods here are processes without volumes: one work dir per run, or a run resumes another's checkpoint.
             "trainer": {"workDir": f"{work}/{{namespace}}/{{name}}/{{run_id}}", "extraArgs": TRAINER_ARGS}}
-
-
-def seed_draft_files(out: Path) -> list[Path]:
-    """An untrained EAGLE-3 draft in speculators format, shaped like the simulator's capture model."""
-    torch.manual_seed(7)
-    cfg = DraftConfig(vocab_size=VOCAB, draft_vocab_size=VOCAB, hidden_size=HIDDEN, target_hidden_size=HIDDEN,
-                      intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                      aux_layer_ids=[1, 2, 3])
-    return export_speculators(Eagle3Draft(cfg), out, verifier="target", speculative_tokens=3)
 
 
 def upload(s3: Any, bucket: str, prefix: str, files: list[Path]) -> None:
