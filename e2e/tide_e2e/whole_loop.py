@@ -50,7 +50,7 @@ class LoopSettings:
     name: str = "chat"
     bucket: str = "tide"
     measure_s: float = 40.0  # acceptance measurement window after the shift
-    timeout_s: float = 600.0  # shift -> promotion
+    timeout_s: float = 900.0  # shift -> promotion (a rolled-back candidate costs another round)
     # Capture is on from the start (TIDE collects at once). Domain A sends fewer requests than the
     # training threshold, so the first training run is the one the shift causes.
     domain_a_requests: int = 160
@@ -113,7 +113,7 @@ def deployment(settings: LoopSettings, target: Path, revision: str, draft: Path,
                 "training": {"sampleThreshold": settings.sample_threshold, "backoff": "20s"},
                 # Two servers share two cores with the trainer: per-pod throughput is noise here, so
                 # only acceptance length (hardware-independent, the primary metric) decides.
-                "canary": {"replicas": 1, "analysisWindow": "40s", "minAcceptanceLengthGainPercent": 2,
+                "canary": {"replicas": 1, "analysisWindow": "60s", "minAcceptanceLengthGainPercent": 2,
                            "maxThroughputLossPercent": 100, "minPromotionInterval": "0s"},
             },
             "storage": {"s3": {"bucket": settings.bucket, "endpoint": endpoint, "region": "us-east-1",
