@@ -23,5 +23,10 @@ echo "== real-vLLM tier took $((SECONDS - t2))s"
 
 # End to end: the demo's whole loop as a test (real vLLM pods, the real trainer Job, ~10 minutes).
 t3=$SECONDS
-TIDE_VLLM_TESTS=1 .venv/bin/python -m pytest -m vllm tests/e2e "$@"
+report=$(mktemp)
+if ! TIDE_VLLM_TESTS=1 TIDE_E2E_REPORT="$report" .venv/bin/python -m pytest -m vllm tests/e2e "$@"; then
+  echo "== end-to-end failed; where the loop got to:"
+  cat "$report"
+  exit 1
+fi
 echo "== end-to-end tier took $((SECONDS - t3))s"

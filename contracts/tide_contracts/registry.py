@@ -111,6 +111,30 @@ class CaptureObject:
     samples: int
 
 
+class CaptureSampleCache:
+    """Samples per capture object, keyed by (key, ETag), so a listing HEADs only new objects.
+
+    Capture objects are written once and never changed, so a count read once stays true; the ETag
+    in the key covers an object overwritten under the same name anyway. Bounded: the oldest
+    entries go first (the buffer itself is capped, so a live deployment stays well under it).
+    """
+
+    def __init__(self, max_entries: int = 200_000) -> None:
+        self.max_entries = max_entries
+        self._samples: dict[tuple[str, str], int] = {}
+
+    def get(self, key: str, etag: str) -> int | None:
+        return self._samples.get((key, etag))
+
+    def put(self, key: str, etag: str, samples: int) -> None:
+        self._samples[(key, etag)] = samples
+        while len(self._samples) > self.max_entries:
+            del self._samples[next(iter(self._samples))]
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+
 @dataclass(frozen=True)
 class CaptureLimits:
     """spec.control.capture: caps of the rolling buffer (seconds for retention)."""
@@ -124,9 +148,12 @@ class DraftRegistry:
     """All registry I/O over one boto3 S3 client (the only module here that talks to S3)."""
 
     def __init__(
-        self, client: Any, bucket: str, prefix: str, *, sse: str | None = None, kms_key_id: str | None = None
+        self, client: Any, bucket: str, prefix: str, *, sse: str | None = None, kms_key_id: str | None = None,
+        sample_cache: CaptureSampleCache | None = None,
     ) -> None:
         self.client, self.bucket, self.prefix = client, bucket, prefix.strip("/")
+        # A caller that lists captures every pass keeps one cache across registries (and passes).
+        self.sample_cache = sample_cache if sample_cache is not None else CaptureSampleCache()
         self._sse: dict[str, str] = {}
         if sse:
             self._sse["ServerSideEncryption"] = sse  # "AES256" or "aws:kms"
@@ -323,11 +350,19 @@ class DraftRegistry:
         return key
 
     def list_captures(self) -> list[CaptureObject]:
-        """Oldest first. Objects without the samples metadata count as one sample."""
+        """Oldest first. Objects without the samples metadata count as one sample.
+
+        The count lives in each object's metadata, which a listing does not return: one HEAD per
+        object not yet in ``sample_cache``.
+        """
         out = []
         for obj in self._list_objects(self.key("captures") + "/"):
-            head = self.client.head_object(Bucket=self.bucket, Key=obj["Key"])
-            samples = int(head.get("Metadata", {}).get(CAPTURE_SAMPLES_METADATA, "1"))
+            etag = str(obj.get("ETag", ""))
+            samples = self.sample_cache.get(obj["Key"], etag)
+            if samples is None:
+                head = self.client.head_object(Bucket=self.bucket, Key=obj["Key"])
+                samples = int(head.get("Metadata", {}).get(CAPTURE_SAMPLES_METADATA, "1"))
+                self.sample_cache.put(obj["Key"], etag, samples)
             out.append(CaptureObject(obj["Key"], obj["Size"], obj["LastModified"].timestamp(), samples))
         return sorted(out, key=lambda c: (c.last_modified, c.key))
 

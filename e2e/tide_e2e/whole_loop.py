@@ -50,7 +50,7 @@ class LoopSettings:
     name: str = "chat"
     bucket: str = "tide"
     measure_s: float = 40.0  # acceptance measurement window after the shift
-    timeout_s: float = 900.0  # shift -> promotion (a rolled-back candidate costs another round)
+    timeout_s: float = 1500.0  # shift -> promotion (a rolled-back candidate costs another round)
     # Capture is on from the start (TIDE collects at once). Domain A sends fewer requests than the
     # training threshold, so the first training run is the one the shift causes.
     domain_a_requests: int = 160
@@ -124,9 +124,10 @@ def deployment(settings: LoopSettings, target: Path, revision: str, draft: Path,
 
 class WholeLoop:
     def __init__(self, api: client.ApiClient, plane: Any, s3_endpoint: str, settings: LoopSettings,
-                 say: Callable[[str], None] = print) -> None:
+                 say: Callable[[str], None] = print, report: Path | None = None) -> None:
         self.api, self.plane, self.endpoint, self.s = api, plane, s3_endpoint, settings
         self.say = say
+        self.report = report  # where diagnose() writes the short story of a failed run
         self.core, self.batch = client.CoreV1Api(api), client.BatchV1Api(api)
         self.objects = client.CustomObjectsApi(api)
         self.result = LoopResult()
@@ -275,6 +276,27 @@ class WholeLoop:
         for log in sorted((Path(self.plane.state_dir) / "pods" / self.s.namespace).glob("*/*.log")):
             tail = log.read_text(errors="replace")[-3000:]
             self.say(f"---- {log.parent.name}/{log.name} (tail)\n{tail}")
+        story = self.story()
+        self.say(story)
+        if self.report is not None:
+            self.report.write_text(story + "\n")
+
+    def story(self) -> str:
+        """A few lines that say where the loop got to: phases as the watcher saw them, and trainer Jobs."""
+        r = self.result
+        lines = [f"acceptance {json.dumps({k: round(v, 3) for k, v in r.acceptance.items()})}; "
+                 f"shift at {r.shift_at or 0:.0f}s, detected at {[round(t) for t in r.shift_detected_at]}"]
+        lines += [f"  {t.at_s:6.0f}s {t.phase:10s} {t.reason}: {t.message[:110]}" for t in r.transitions[-10:]]
+        try:
+            for job in self.batch.list_namespaced_job(self.s.namespace).items:
+                st = job.status
+                ended = st.completion_time and st.start_time
+                took = (st.completion_time - st.start_time).total_seconds() if ended else None
+                lines.append(f"  job {job.metadata.name}: succeeded={st.succeeded or 0} failed={st.failed or 0} "
+                             f"active={st.active or 0}" + (f" took {took:.0f}s" if took is not None else ""))
+        except (ApiException, OSError) as err:
+            lines.append(f"  jobs unavailable: {err}")
+        return "\n".join(lines)
 
     # ---- observation helpers -------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 import boto3
 from botocore.config import Config as BotoConfig
 
-from tide_contracts.registry import DraftRegistry
+from tide_contracts.registry import CaptureSampleCache, DraftRegistry
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.spec_control import ServerSideEncryption
 from tide_operator.api.units import duration_seconds
@@ -40,6 +40,9 @@ from tide_operator.serving_status import EventNote, StatusDraft
 
 log = logging.getLogger(__name__)
 _LAST_RUN: dict[tuple[str, str], float] = {}
+# Samples per capture object, per TideDeployment: each pass lists the buffer, and only objects
+# new since the last pass cost a HEAD (in memory: after a restart the first pass reads them all).
+_SAMPLE_CACHES: dict[tuple[str, str], CaptureSampleCache] = {}
 
 
 def due(namespace: str, name: str, spec: TideDeploymentSpec, now_s: float) -> bool:
@@ -63,6 +66,12 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     params = policy_params(spec)
     kept = control_pass(draft, params, reading, effects, now_s)
     enforce_buffer_caps(draft, registry, reading, params.capture, kept, now_s)
+
+
+def forget(namespace: str, name: str) -> None:
+    """A deleted TideDeployment's in-memory pass state (a new one of the same name starts afresh)."""
+    _LAST_RUN.pop((namespace, name), None)
+    _SAMPLE_CACHES.pop((namespace, name), None)
 
 
 def enforce_buffer_caps(draft: StatusDraft, registry: DraftRegistry, reading: SensorReading,
@@ -91,7 +100,8 @@ def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: 
     encryption = spec.control.capture.server_side_encryption
     return DraftRegistry(client, s3.bucket, registry_prefix(name, namespace, s3),
                          sse=None if encryption is ServerSideEncryption.NONE else encryption.value,
-                         kms_key_id=spec.control.capture.kms_key_id)
+                         kms_key_id=spec.control.capture.kms_key_id,
+                         sample_cache=_SAMPLE_CACHES.setdefault((namespace, name), CaptureSampleCache()))
 
 
 def make_fleet(name: str, namespace: str, spec: TideDeploymentSpec, cluster: Cluster) -> Fleet:
@@ -107,4 +117,4 @@ def _ready(pod: dict[str, Any]) -> bool:
                for c in (pod.get("status") or {}).get("conditions", []))
 
 
-__all__ = ["SensorReading", "due", "run_control"]
+__all__ = ["SensorReading", "due", "forget", "run_control"]

@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 import yaml
 
-from tide_operator import metrics
+from tide_operator import control_step, metrics
 from tide_operator.api import GROUP, PLURAL, VERSION
 from tide_operator.artifacts import ArtifactsUnreachable, delete_deployment_artifacts
 from tide_operator.cluster import Cluster
@@ -108,4 +108,6 @@ def delete_artifacts(body: kopf.Body, **_: Any) -> None:
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, id="forget-metrics", optional=True)
 def forget_metrics(body: kopf.Body, **_: Any) -> None:
-    metrics.forget(body.metadata.namespace or "", body.metadata.name or "")
+    namespace, name = body.metadata.namespace or "", body.metadata.name or ""
+    metrics.forget(namespace, name)
+    control_step.forget(namespace, name)

