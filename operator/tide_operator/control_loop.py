@@ -25,6 +25,8 @@ from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState, decide
 from tide_operator.serving_status import EventNote, StatusDraft
 
+PODS_CONVERGED = "PodsConverged"
+
 
 class EffectError(RuntimeError):
     """An effect could not be carried out (a pod, S3 or the API refused); retried next pass.
@@ -57,6 +59,7 @@ class Effects(Protocol):
     def roll_back(self, action: act.RollBack) -> None: ...
     def serve_draft(self, action: act.ServeDraft) -> None: ...
     def invalidate(self, action: act.InvalidateArtifacts) -> None: ...
+    def converge(self, speculation: bool, capture: bool) -> list[str]: ...
 
 
 def _dispatch(effects: Effects) -> dict[type, Callable[..., None]]:
@@ -103,7 +106,43 @@ def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReadin
         return state  # retry the same decision next pass
     draft.condition(ConditionType.DEGRADED, False, Reason.AS_EXPECTED, "observations and actions succeed")
     _report(draft, actions, new_state, params, reading.observation, now)
+    _training_ended(draft, state, new_state)
+    _converge(draft, effects, actions, new_state, params)
     return new_state
+
+
+# How a trainer Job's end moves the lifecycle out of Training. "Not better" (exit 7) is the trainer
+# doing its job, not a failure; a run cancelled (target change) is neither and is not counted.
+TRAINING_OUTCOMES = {"TrainingSucceeded": "succeeded", "CandidateNotBetter": "succeeded",
+                     "TrainingFailed": "failed", "TrainingGaveUp": "failed"}
+
+
+def _training_ended(draft: StatusDraft, old: PolicyState, new: PolicyState) -> None:
+    """An Event when a trainer Job ends, carrying its outcome for tide_operator_training_jobs_total."""
+    if old.lifecycle.phase is not LifecyclePhase.TRAINING or new.lifecycle.phase is LifecyclePhase.TRAINING:
+        return
+    outcome = TRAINING_OUTCOMES.get(new.lifecycle_reason)
+    if outcome is not None:
+        draft.events.append(EventNote("Warning" if outcome == "failed" else "Normal", new.lifecycle_reason,
+                                      new.lifecycle_message, training_outcome=outcome))
+
+
+def _converge(draft: StatusDraft, effects: Effects, actions: list[act.Action], state: PolicyState,
+              params: PolicyParams) -> None:
+    """Pods that started after a switch get it now (pod_convergence.py).
+
+    Not while paused (the user holds the pods as they are), nor in a pass that just switched every pod.
+    """
+    if params.paused or any(isinstance(a, act.SetSpeculation | act.SetCapture) for a in actions):
+        return
+    try:
+        fixed = effects.converge(state.speculation.enabled, state.lifecycle.capture_enabled)
+    except EffectError as e:
+        draft.condition(ConditionType.DEGRADED, True, e.reason, f"converging pods: {e}", warn=True)
+        return
+    if fixed:
+        draft.events.append(EventNote("Normal", PODS_CONVERGED, "; ".join(fixed) + " (missed while it started)",
+                                      action="Converge"))
 
 
 def _carry_out(actions: list[act.Action], effects: Effects) -> tuple[act.Action, EffectError] | None:

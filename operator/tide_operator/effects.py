@@ -27,6 +27,7 @@ from tide_operator.fleet import Fleet
 from tide_operator.manifests import names
 from tide_operator.manifests.pod import s3_uri
 from tide_operator.manifests.trainer import build_trainer_job
+from tide_operator.pod_convergence import DesiredPods, corrections
 
 STORAGE_ERRORS = (RegistryError, ClientError, BotoCoreError, OSError)
 
@@ -49,9 +50,26 @@ class ClusterEffects:
         self.fleet.set_speculation(action.enabled)
 
     def set_capture(self, action: act.SetCapture) -> None:
-        capture = self.spec.control.capture
+        desired = self._desired(speculation=False, capture=action.enabled)
+        self.fleet.set_capture(action.enabled, desired.sampling_rate, desired.destination)
+
+    def converge(self, speculation: bool, capture: bool) -> list[str]:
+        """Repeat the switches a pod missed (it started after them); returns what was corrected."""
+        desired = self._desired(speculation, capture)
+        fixes = corrections(self.fleet.statuses(ready_only=True), desired)
+        by_name = {p.name: p for p in self.fleet.pods}
+        for fix in fixes:
+            pod = [by_name[fix.pod]]
+            if fix.speculation is not None:
+                self.fleet.set_speculation(fix.speculation, pod)
+            if fix.capture is not None:
+                self.fleet.set_capture(fix.capture, desired.sampling_rate, desired.destination, pod)
+        return [fix.describe() for fix in fixes]
+
+    def _desired(self, speculation: bool, capture: bool) -> DesiredPods:
         destination = s3_uri(self.name, self.namespace, self.spec.storage.s3, "captures") + "/"
-        self.fleet.set_capture(action.enabled, capture.sampling_percent / 100, destination if action.enabled else None)
+        return DesiredPods(speculation, capture, self.spec.control.capture.sampling_percent / 100,
+                           destination if capture else None)
 
     def launch_training(self, action: act.LaunchTraining) -> None:
         pointer = self._promoted_pointer()

@@ -68,21 +68,22 @@ class Fleet:
         if failures:
             raise EffectError(message, Reason.SERVING_PODS_UNREACHABLE)
 
-    def set_speculation(self, enabled: bool) -> None:
+    def set_speculation(self, enabled: bool, pods: Sequence[ServingPod] | None = None) -> None:
         self._each("speculation " + ("on" if enabled else "off"),
-                   lambda c: c.set_speculation(SpeculationRequest(enabled=enabled)))
+                   lambda c: c.set_speculation(SpeculationRequest(enabled=enabled)), pods)
 
-    def set_capture(self, enabled: bool, sampling_rate: float | None, destination: str | None) -> None:
+    def set_capture(self, enabled: bool, sampling_rate: float | None, destination: str | None,
+                    pods: Sequence[ServingPod] | None = None) -> None:
         request = CaptureRequest(enabled=enabled, sampling_rate=sampling_rate, destination=destination)
-        self._each("capture " + ("on" if enabled else "off"), lambda c: c.set_capture(request))
+        self._each("capture " + ("on" if enabled else "off"), lambda c: c.set_capture(request), pods)
 
     def load_draft(self, source: str, version: str | None, pods: Sequence[ServingPod] | None = None) -> None:
         request = DraftLoadRequest(source=source, version=version)
         self._each(f"loading draft {version or source}", lambda c: c.load_draft(request), pods)
 
-    def statuses(self) -> dict[str, ServingStatus | None]:
+    def statuses(self, ready_only: bool = False) -> dict[str, ServingStatus | None]:
         out: dict[str, ServingStatus | None] = {}
-        for pod in self.pods:
+        for pod in (p for p in self.pods if p.ready or not ready_only):
             try:
                 out[pod.name] = self.client(pod).status()
             except (ServingControlError, OSError):

@@ -69,11 +69,14 @@ def reconcile_tide_deployment(body: kopf.Body, patch: kopf.Patch, **_: Any) -> N
     with metrics.reconcile_timer():
         result = reconcile(dict(body), Cluster(), CONFIG, adopt(body), PROMETHEUS)
     write_status(patch, body.get("status") or {}, result.status)
-    metrics.observe_status(body.metadata.namespace or "", body.metadata.name or "", result.status)
+    namespace, name = body.metadata.namespace or "", body.metadata.name or ""
+    metrics.observe_status(namespace, name, result.status)
     for note in result.events:
         kopf.event(body, type=note.type, reason=note.reason, message=note.message)
         if note.action:
-            metrics.record_decision(note.action, note.reason, body.metadata.namespace or "", body.metadata.name or "")
+            metrics.record_decision(note.action, note.reason, namespace, name)
+        if note.training_outcome:
+            metrics.record_training_job(namespace, name, note.training_outcome)
     for applied in result.applied:
         if applied.action != "unchanged":
             log.info("%s %s %s %s", applied.action, applied.kind, applied.name, ", ".join(applied.drift))

@@ -36,6 +36,7 @@ class EventNote:
     reason: str
     message: str
     action: str = ""  # the control action behind it, for the decisions metric
+    training_outcome: str = ""  # succeeded | failed: a trainer Job ended (the training jobs metric)
 
 
 @dataclass

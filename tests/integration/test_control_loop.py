@@ -98,7 +98,14 @@ def pods_speculating(kube, namespace: str) -> list[bool]:
     token = base64.b64decode(secret.data["token"]).decode()
     pods = core.list_namespaced_pod(namespace, label_selector="tide.dev/deployment=chat").items
     return [ServingControlClient(f"http://{p.status.pod_ip}:8000", token).status().speculation.enabled
-            for p in pods if p.status.pod_ip]
+            for p in pods if p.status.pod_ip and not p.metadata.deletion_timestamp and any(
+                c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+
+
+def serving_pod_names(kube, namespace: str) -> set[str]:
+    pods = client.CoreV1Api(kube).list_namespaced_pod(namespace, label_selector="tide.dev/deployment=chat").items
+    return {p.metadata.name for p in pods if not p.metadata.deletion_timestamp and any(
+        c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])}
 
 
 def test_speculation_follows_load_without_flapping(kube, namespace, operator, s3, s3_endpoint, scenario_file):
@@ -124,6 +131,15 @@ def test_speculation_follows_load_without_flapping(kube, namespace, operator, s3
     flipped_at = condition(st, "SpeculationEnabled")["lastTransitionTime"]
     time.sleep(15)  # three control intervals at a steady high load: no flapping
     assert condition(status(kube, namespace), "SpeculationEnabled")["lastTransitionTime"] == flipped_at
+
+    # A pod that starts now (a crash, a drain) comes up speculating: the operator switches it off too.
+    before = serving_pod_names(kube, namespace)
+    client.CoreV1Api(kube).delete_namespaced_pod(sorted(before)[0], namespace, grace_period_seconds=0)
+    replacement = wait_for(lambda: (serving_pod_names(kube, namespace) - before) or None, "a replacement pod",
+                           timeout_s=60).pop()
+    wait_for(lambda: pods_speculating(kube, namespace) == [False, False], "the new pod switched off", timeout_s=60)
+    events = client.CoreV1Api(kube).list_namespaced_event(namespace, field_selector="involvedObject.name=chat").items
+    assert any(e.reason == "PodsConverged" and f"{replacement}: speculation off" in e.message for e in events)
 
     # 3. Load falls: on again.
     scenario_file.write_text(yaml.safe_dump(scenario(4)))

@@ -174,6 +174,9 @@ class ScriptedEffects:
     set_speculation = set_capture = launch_training = cancel_training = _do
     start_canary = promote = roll_back = serve_draft = invalidate = _do
 
+    def converge(self, speculation: bool, capture: bool) -> list[str]:
+        return []
+
 
 def status_with(lifecycle: LifecycleState) -> StatusDraft:
     state = PolicyState(lifecycle=lifecycle)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
+
+import pytest
 
 from tide_operator.api.status import Phase, TideDeploymentStatus
 from tide_operator.control import actions as act
+from tide_operator.control.lifecycle import LifecycleState, TrainingObservation, TrainingStatus
+from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState
 from tide_operator.control_loop import EffectError, SensorReading, control_pass
 from tide_operator.serving_status import StatusDraft
@@ -18,9 +23,16 @@ GOOD_DRAFT_LOW_LOAD = Observation(acceptance_rate=0.7, acceptance_length=2.5, pe
 
 
 class RecordingEffects:
-    def __init__(self, fail_on: type | None = None) -> None:
+    def __init__(self, fail_on: type | None = None, lagging: list[str] | None = None) -> None:
         self.done: list[act.Action] = []
         self.fail_on = fail_on
+        self.lagging = lagging or []  # pods that missed a switch: converge corrects them
+        self.converged: list[tuple[bool, bool]] = []
+
+    def converge(self, speculation: bool, capture: bool) -> list[str]:
+        self.converged.append((speculation, capture))
+        fixed, self.lagging = self.lagging, []
+        return fixed
 
     def _do(self, action: act.Action) -> None:
         if self.fail_on is not None and isinstance(action, self.fail_on):
@@ -88,3 +100,51 @@ def test_a_failed_effect_keeps_the_old_state_so_the_pass_is_retried():
     assert state == PolicyState()
     assert draft.status.control_state is None
     assert "503 not_configured" in condition(draft, "Degraded").message
+
+
+def test_pods_that_missed_a_switch_are_converged_in_a_later_pass_and_it_is_an_event():
+    draft, converged_in = serving_draft(), []
+    for now in (0.0, 30.0, 60.0, 90.0):
+        draft = serving_draft(control_state=draft.status.control_state)
+        effects = RecordingEffects(lagging=["chat-vllm-new: capture on"])
+        state = control_pass(draft, PARAMS, SensorReading(GOOD_DRAFT_LOW_LOAD), effects, now=now)
+        switched = any(isinstance(a, act.SetSpeculation | act.SetCapture) for a in effects.done)
+        # A pass that switched every pod itself does not ask them again.
+        assert effects.converged == ([] if switched else [(state.speculation.enabled,
+                                                           state.lifecycle.capture_enabled)])
+        if effects.converged:
+            converged_in.append(now)
+            assert [e.message for e in draft.events if e.reason == "PodsConverged"] == [
+                "chat-vllm-new: capture on (missed while it started)"]
+    assert converged_in
+
+
+def test_a_paused_deployment_leaves_its_pods_as_they_are():
+    draft = serving_draft()
+    control_pass(draft, PARAMS, SensorReading(GOOD_DRAFT_LOW_LOAD), RecordingEffects(), now=0.0)
+    again = serving_draft(control_state=draft.status.control_state)
+    effects = RecordingEffects(lagging=["chat-vllm-new: capture on"])
+    control_pass(again, replace(PARAMS, paused=True), SensorReading(GOOD_DRAFT_LOW_LOAD), effects, now=30.0)
+    assert effects.converged == []
+
+
+@pytest.mark.parametrize(("training", "reason", "outcome", "kind"), [
+    (TrainingObservation("r1", TrainingStatus.SUCCEEDED, 2.9, 2.1), "TrainingSucceeded", "succeeded", "Normal"),
+    (TrainingObservation("r1", TrainingStatus.NOT_BETTER, 2.0, 2.1), "CandidateNotBetter", "succeeded", "Normal"),
+    (TrainingObservation("r1", TrainingStatus.FAILED), "TrainingFailed", "failed", "Warning"),
+])
+def test_a_trainer_job_that_ends_is_an_event_with_its_outcome_for_the_jobs_metric(training, reason, outcome, kind):
+    lifecycle = LifecycleState(phase=LifecyclePhase.TRAINING, phase_since=0.0, capture_enabled=True,
+                               target_revision="r1", run_counter=1, active_run="r1")
+    draft = serving_draft(control_state=PolicyState(lifecycle=lifecycle).to_dict())
+    observation = replace(GOOD_DRAFT_LOW_LOAD, training=training)
+    control_pass(draft, PARAMS, SensorReading(observation), RecordingEffects(), now=60.0)
+    ended = [e for e in draft.events if e.training_outcome]
+    assert [(e.type, e.reason, e.training_outcome) for e in ended] == [(kind, reason, outcome)]
+    assert "r1" in ended[0].message
+
+    # While the Job runs, nothing is counted.
+    draft = serving_draft(control_state=PolicyState(lifecycle=lifecycle).to_dict())
+    running = replace(GOOD_DRAFT_LOW_LOAD, training=TrainingObservation("r1", TrainingStatus.RUNNING))
+    control_pass(draft, PARAMS, SensorReading(running), RecordingEffects(), now=60.0)
+    assert not [e for e in draft.events if e.training_outcome]

@@ -1,0 +1,77 @@
+"""Pods that missed a runtime switch (they started after it) are told again, and only they."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tide_contracts.serving_control import CaptureCounters, CaptureState, ServingStatus, SpeculationState
+from tide_operator.api import parse_spec
+from tide_operator.effects import ClusterEffects
+from tide_operator.fleet import Fleet, ServingPod
+from tide_operator.manifests.pod import s3_uri
+from tide_operator.pod_convergence import Correction, DesiredPods, corrections
+
+DEST = "s3://tide/team/chat/captures/"
+DESIRED = DesiredPods(speculation=False, capture=True, sampling_rate=0.5, destination=DEST)
+
+
+def status(*, speculation: bool = False, runtime: bool = True, capture: bool = True, rate: float = 0.5,
+           destination: str | None = DEST, supported: bool = True) -> ServingStatus:
+    return ServingStatus(
+        contract_version=1, plugin_version="0.1", vllm_version="0.32.0", engine_supported=supported,
+        model_name="chat", draft=None,
+        speculation=SpeculationState(enabled=speculation, runtime_control=runtime, num_speculative_tokens=3),
+        capture=CaptureState(enabled=capture, sampling_rate=rate, destination=destination,
+                             counters=CaptureCounters()))
+
+
+@pytest.mark.parametrize(("reported", "expected"), [
+    (status(), None),  # already as desired
+    (status(speculation=True, capture=False), Correction("p", speculation=False, capture=True)),  # fresh pod
+    (status(speculation=True, runtime=False), None),  # needs a restart, not a call
+    (status(rate=1.0), Correction("p", capture=True)),
+    (status(destination="s3://other/captures/"), Correction("p", capture=True)),
+    (status(speculation=True, capture=False, supported=False), None),  # inert plugin: nothing to switch
+    (None, None),  # did not answer: the next switch that fails on it says so
+])
+def test_only_a_pod_that_differs_from_the_desired_state_is_corrected(reported: ServingStatus | None,
+                                                                    expected: Correction | None) -> None:
+    assert corrections({"p": reported}, DESIRED) == ([expected] if expected else [])
+
+
+def test_capture_settings_do_not_matter_while_capture_is_off() -> None:
+    off = DesiredPods(speculation=True, capture=False, sampling_rate=0.5, destination=None)
+    assert corrections({"p": status(speculation=True, capture=False, rate=1.0, destination=None)}, off) == []
+    assert Correction("p", speculation=True, capture=False).describe() == "p: speculation on, capture off"
+
+
+class FakePod:
+    def __init__(self, reported: ServingStatus) -> None:
+        self.reported, self.calls = reported, []
+
+    def status(self) -> ServingStatus:
+        return self.reported
+
+    def set_speculation(self, request: Any) -> None:
+        self.calls.append(("speculation", request.enabled))
+
+    def set_capture(self, request: Any) -> None:
+        self.calls.append(("capture", request.enabled, request.sampling_rate, request.destination))
+
+
+def test_the_fleet_switches_only_the_pod_that_started_late() -> None:
+    old, new = FakePod(status()), FakePod(status(speculation=True, capture=False))
+    clients = {"http://10.0.0.1:8000": old, "http://10.0.0.2:8000": new}
+    fleet = Fleet([ServingPod("chat-a", "10.0.0.1", True), ServingPod("chat-b", "10.0.0.2", True)], 8000, "t",
+                  client_factory=lambda url, token: clients[url])
+    spec = parse_spec({"target": {"model": "m", "revision": "r1"}, "storage": {"s3": {"bucket": "tide"}},
+                       "control": {"capture": {"samplingPercent": 50}}})
+    effects = ClusterEffects("chat", "team", spec, None, None, None, fleet, None, None)  # type: ignore[arg-type]
+    destination = s3_uri("chat", "team", spec.storage.s3, "captures") + "/"
+    old.reported = status(destination=destination)
+
+    assert effects.converge(speculation=False, capture=True) == ["chat-b: speculation off, capture on"]
+    assert old.calls == []
+    assert new.calls == [("speculation", False), ("capture", True, 0.5, destination)]
