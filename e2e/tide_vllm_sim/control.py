@@ -37,6 +37,8 @@ class PodControl:
     target_revision: str
     runtime_control: bool  # launched with the plugin's scheduler: speculation switches live
     draft_source: str = "launch"
+    launch_source: str | None = None  # --speculative-config's model as given: going back to it needs no manifest
+    launch_version: str = "initial"
     token: str = field(default_factory=lambda: os.environ.get(sc.CONTROL_TOKEN_ENV, ""))
     swap_results: dict[str, int] = field(default_factory=dict)
     last_pause_s: float = 0.0
@@ -71,7 +73,8 @@ class PodControl:
             raise DraftLoadError(sc.ErrorCode.SWAP_IN_PROGRESS, "another draft load is running on this pod")
         started = time.monotonic()
         try:
-            version = verify_draft(request.source, request.version, self.target_revision)
+            version = self._launch_version(request) or verify_draft(request.source, request.version,
+                                                                    self.target_revision)
         except DraftLoadError:
             self._count("refused")
             raise
@@ -85,6 +88,15 @@ class PodControl:
         assert info is not None
         return sc.DraftLoadResult(draft=info, previous_version=previous,
                                   verify_seconds=time.monotonic() - started, pause_seconds=0.0)
+
+    def _launch_version(self, request: sc.DraftLoadRequest) -> str | None:
+        """The plugin's rule: the launch draft (the files the engine loaded at start) needs no manifest."""
+        if self.launch_source is None or request.source.rstrip("/") != self.launch_source.rstrip("/"):
+            return None
+        if request.version not in (None, self.launch_version):
+            raise DraftLoadError(sc.ErrorCode.INVALID_REQUEST, f"{request.source} is this pod's launch draft, "
+                                 f"version {self.launch_version!r}, not {request.version!r}")
+        return self.launch_version
 
     def set_speculation(self, request: sc.SpeculationRequest) -> sc.SpeculationState:
         if not self.runtime_control:

@@ -37,8 +37,10 @@ def build_pod(args: ServerArgs) -> control.PodControl:
     capture = CaptureRecorder(CaptureSettings.from_env(), scenario.capture, scenario.seed, target_revision)
     engine.on_finished = capture.offer
     runtime_control = bool(args.speculative_config) and "SpeculationSwitch" in (args.scheduler_cls or "")
+    launch = (args.speculative_config or {}).get("model")
     pod = control.PodControl(engine=engine, capture=capture, model_name=args.served_model_name,
-                             target_revision=target_revision, runtime_control=runtime_control)
+                             target_revision=target_revision, runtime_control=runtime_control,
+                             launch_source=str(launch) if launch else None, launch_version=draft_version or "initial")
     registry = env.get("TIDE_REGISTRY_URI")
     if registry and draft_version is not None:
         _load_promoted(pod, registry)

@@ -95,8 +95,9 @@ async def post_speculation(request: Request) -> JSONResponse:
     return await _handle(request, op)
 
 
-def _launch_facts(args: Namespace) -> tuple[str, bool, bool, str | None]:
-    """(model name, runtime speculation switch available, launched with speculation, local draft dir)."""
+def _launch_facts(args: Namespace) -> tuple[str, bool, bool, str | None, str | None]:
+    """(model name, runtime speculation switch available, launched with speculation, local draft dir,
+    the draft as given: a path, s3:// or a hub id)."""
     names = getattr(args, "served_model_name", None)
     model_name = names[0] if names else str(args.model)
     spec = getattr(args, "speculative_config", None)
@@ -109,7 +110,7 @@ def _launch_facts(args: Namespace) -> tuple[str, bool, bool, str | None]:
     runtime = isinstance(scheduler, str) and scheduler in SWITCH_SCHEDULERS
     draft_dir = str(spec.get("model")) if spec and spec.get("model") else None
     local = draft_dir if draft_dir and (Path(draft_dir) / "model.safetensors").is_file() else None
-    return model_name, runtime, bool(spec), local
+    return model_name, runtime, bool(spec), local, draft_dir
 
 
 class TideControlPlugin:
@@ -124,11 +125,12 @@ class TideControlPlugin:
     async def init_state(self, engine_client: Any, state: Any, args: Namespace) -> None:
         import vllm
 
-        model_name, runtime, launched, draft_dir = _launch_facts(args)
+        model_name, runtime, launched, draft_dir, launch_source = _launch_facts(args)
         settings = load_settings()
         control = ControlState(engine_client, settings, model_name=model_name, vllm_version=vllm.__version__,
                                runtime_speculation=runtime, launch_speculation=launched)
         control.current_dir = control.launch_dir = draft_dir
+        control.launch_source = launch_source
         state.tide_control = control
         try:
             await control.refresh()

@@ -8,6 +8,7 @@ contract model or raises `ControlFailure` carrying the contract's error code.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from pathlib import Path
@@ -15,8 +16,15 @@ from typing import Any
 
 from tide_contracts import serving_control as sc
 from tide_serving import PLUGIN_VERSION
-from tide_serving.draft_fetch import fetch_draft, promoted_source
-from tide_serving.draft_source import DraftArchitecture, DraftRefused, VerifiedDraft, verify_draft_dir
+from tide_serving.draft_fetch import fetch_draft, fetch_launch_draft, promoted_source
+from tide_serving.draft_source import (
+    CONFIG_FILE,
+    DraftArchitecture,
+    DraftRefused,
+    VerifiedDraft,
+    architecture_from_config,
+    verify_draft_dir,
+)
 from tide_serving.settings import ServingSettings
 from tide_serving.speculation_switch import read_switch, write_switch
 
@@ -44,6 +52,7 @@ class ControlState:
         self.warnings: list[str] = []
         self.current_dir: str | None = None  # local directory of the serving draft (restore on failure)
         self.launch_dir: str | None = None  # the --speculative-config draft, when a local directory
+        self.launch_source: str | None = None  # the --speculative-config draft as given (path, s3://, hub id)
         self.refresher: asyncio.Task[None] | None = None
 
     # ---- snapshot ------------------------------------------------------------------------------
@@ -150,7 +159,7 @@ class ControlState:
                                      "(launched without --speculative-config)")
             started = time.monotonic()
             try:
-                verified = self._launch_draft(req, w) or await asyncio.to_thread(self._fetch_and_verify, req, w)
+                verified = await asyncio.to_thread(self._launch_or_fetch, req, w)
             except DraftRefused as refused:
                 self.swap_results["refused"] += 1
                 raise ControlFailure(refused.code, refused.message) from refused
@@ -165,17 +174,27 @@ class ControlState:
             return sc.DraftLoadResult(draft=info, previous_version=previous, verify_seconds=verify_s,
                                       pause_seconds=pause_s)
 
+    def _launch_or_fetch(self, req: sc.DraftLoadRequest, worker: dict[str, Any]) -> VerifiedDraft:
+        return self._launch_draft(req, worker) or self._fetch_and_verify(req, worker)
+
     def _launch_draft(self, req: sc.DraftLoadRequest, worker: dict[str, Any]) -> VerifiedDraft | None:
         """Back to the launch draft (a rollback with nothing promoted): the engine loaded these files at
         launch, so they need no manifest; any other source is fetched and verified."""
         initial = self.settings.initial_draft_version
-        if self.launch_dir is None or req.source.rstrip("/") != self.launch_dir.rstrip("/"):
+        launch = {s.rstrip("/") for s in (self.launch_dir, self.launch_source) if s}
+        if req.source.rstrip("/") not in launch:
             return None
         if req.version not in (None, initial):
             raise DraftRefused(sc.ErrorCode.INVALID_REQUEST,
                                f"{req.source} is this pod's launch draft, version {initial!r}, not {req.version!r}")
-        return VerifiedDraft(path=Path(self.launch_dir), version=initial, target_revision=self.settings.target_revision,
-                             architecture=DraftArchitecture.from_json(worker["architecture"]))
+        path = Path(self.launch_dir) if self.launch_dir else fetch_launch_draft(req.source, self.settings.downloads_dir)
+        serving = DraftArchitecture.from_json(worker["architecture"])
+        arch = architecture_from_config(json.loads((path / CONFIG_FILE).read_text()))
+        if diffs := serving.differences(arch):  # the same files as at launch, unless someone replaced them
+            raise DraftRefused(sc.ErrorCode.ARCHITECTURE_MISMATCH,
+                               f"{req.source} no longer holds the launch draft: " + "; ".join(diffs))
+        return VerifiedDraft(path=path, version=initial, target_revision=self.settings.target_revision,
+                             architecture=arch)
 
     def _fetch_and_verify(self, req: sc.DraftLoadRequest, worker: dict[str, Any]) -> VerifiedDraft:
         path = fetch_draft(req.source, self.settings.downloads_dir)

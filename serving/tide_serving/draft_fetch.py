@@ -1,6 +1,8 @@
 """Bring a draft version to a pod-local directory (S3 through boto3, or a local path as is).
 
-Only `manifest.json` and the files it lists are downloaded. S3 settings come from the standard
+Only `manifest.json` and the files it lists are downloaded, except for the pod's launch draft
+(`fetch_launch_draft`): the engine loaded it at launch without a manifest, so going back to it
+fetches the files it loaded. S3 settings come from the standard
 variables (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...). Promoted-pointer resolution for startup
 lives here too, through the registry module: `<registry>/promoted.json` names the `drafts/vN` to serve.
 """
@@ -63,9 +65,57 @@ def fetch_draft(source: str, downloads: Path) -> Path:
     return target
 
 
+def fetch_launch_draft(source: str, downloads: Path) -> Path:
+    """Local directory holding the files the engine loaded at launch from ``source``.
+
+    A local path is used as is; S3: every object directly under the prefix (there is no manifest
+    to list them), kept as ``launch-<hash>`` and reused; a Hugging Face id: the snapshot vLLM
+    downloaded at launch, from the local cache only (pods need not reach the hub again).
+    """
+    source = source.rstrip("/")
+    if source.startswith("s3://"):
+        return _fetch_s3_prefix(source, downloads / f"launch-{hashlib.sha256(source.encode()).hexdigest()[:16]}")
+    path = Path(source)
+    if path.is_dir():
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(source, local_files_only=True))
+    except Exception as err:  # ImportError, not cached, not a repo id: all mean "not on this pod"
+        raise DraftRefused(ErrorCode.SOURCE_UNAVAILABLE,
+                           f"{source}: the launch draft is neither a directory nor in this pod's model cache: "
+                           f"{err}") from err
+
+
+def _fetch_s3_prefix(source: str, target: Path) -> Path:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if (target / ".complete").is_file():
+        return target
+    bucket, prefix = split_s3(source)
+    client = _s3_client()
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/", Delimiter="/")
+        keys = [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+    except (BotoCoreError, ClientError) as err:
+        raise DraftRefused(ErrorCode.SOURCE_UNAVAILABLE, f"{source}: listing the launch draft: {err}") from err
+    if not keys:
+        raise DraftRefused(ErrorCode.SOURCE_UNAVAILABLE, f"{source}: no objects under the launch draft's prefix")
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for key in keys:
+        (target / key.rsplit("/", 1)[-1]).write_bytes(_get(client, bucket, key))
+    (target / ".complete").touch()  # a partial copy from a failed fetch is fetched again
+    return target
+
+
 def prune_downloads(downloads: Path, keep: int) -> None:
     """Remove all but the `keep` most recently fetched draft directories (pod disk stays bounded)."""
-    dirs = sorted((d for d in downloads.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    # The launch draft's copy is not a version download: it is kept for the next rollback.
+    dirs = sorted((d for d in downloads.iterdir() if d.is_dir() and not d.name.startswith("launch-")),
+                  key=lambda d: d.stat().st_mtime)
     for old in dirs[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 

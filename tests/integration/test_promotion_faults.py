@@ -12,8 +12,9 @@ move, so the first run trains at once without waiting for a shift.
    Degraded/StorageUnreachable, the canary held past its window with nothing promoted; once S3 is
    back the resumed analysis promotes v1 exactly once, from the one trainer Job.
 
-Scenario 6 serves a v1 promoted beforehand: a rollback to a launch draft that was never promoted
-cannot be carried out yet (the serving contract loads only registry drafts, with a manifest).
+Scenario 6 serves a v1 promoted beforehand, so the rollback goes to a registry version with a
+manifest; going back to a never-promoted launch draft (no manifest) is covered by the plugin's and
+the simulator's unit tests and, on real vLLM with a local launch draft, by tests/engine.
 
 S3 failing between the registry's reads and its writes (a narrower window than a test can hit on
 purpose) is covered against the registry and the effects in tests/unit (test_registry.py,

@@ -219,3 +219,51 @@ def test_untested_engines_are_inert_unless_overridden() -> None:
     assert not refused.supported
     assert "untested" in refused.reason
     assert check_engine("0.33.0", "v2", allow_untested=True).supported
+
+
+# ---- back to a launch draft that has no manifest -----------------------------------------------
+
+
+def launched_from(tmp_path: Path, engine: FakeEngine, source: str) -> ControlState:
+    c = control(tmp_path, engine)
+    c.current_dir = c.launch_dir = None  # streamed from S3 (or the hub): no local directory
+    c.launch_source = source
+    engine.draft = {"version": "v3", "target_revision": "rev-1", "source": "s3://b/drafts/v3"}  # after a promotion
+    return c
+
+
+def test_rollback_to_an_s3_launch_draft_fetches_the_files_it_was_launched_with(tmp_path: Path, s3: Any) -> None:
+    s3.create_bucket(Bucket="seed")
+    s3.put_object(Bucket="seed", Key="eagle3/config.json", Body=json.dumps(ARCH).encode())
+    s3.put_object(Bucket="seed", Key="eagle3/model.safetensors", Body=b"w")
+    s3.put_object(Bucket="seed", Key="eagle3/old/unrelated.bin", Body=b"not the draft's")
+    engine = FakeEngine()
+    c = launched_from(tmp_path, engine, "s3://seed/eagle3")
+
+    result = asyncio.run(c.load_draft(sc.DraftLoadRequest(source="s3://seed/eagle3/", version=None)))
+    assert (result.previous_version, result.draft.version) == ("v3", "initial")
+    local = Path(c.current_dir or "")
+    assert sorted(p.name for p in local.iterdir()) == [".complete", "config.json", "model.safetensors"]
+
+    s3.delete_object(Bucket="seed", Key="eagle3/model.safetensors")  # the copy is kept: a later rollback needs no S3
+    again = asyncio.run(c.load_draft(sc.DraftLoadRequest(source="s3://seed/eagle3", version="initial")))
+    assert again.draft.version == "initial"
+    assert c.current_dir == str(local)
+
+
+def test_the_launch_draft_is_refused_under_another_version_or_when_it_is_gone(tmp_path: Path, s3: Any) -> None:
+    s3.create_bucket(Bucket="gone")
+    c = launched_from(tmp_path, FakeEngine(), "s3://gone/eagle3")
+    with pytest.raises(ControlFailure) as err:
+        asyncio.run(c.load_draft(sc.DraftLoadRequest(source="s3://gone/eagle3", version="v1")))
+    assert err.value.code is sc.ErrorCode.INVALID_REQUEST
+    with pytest.raises(ControlFailure) as err:
+        asyncio.run(c.load_draft(sc.DraftLoadRequest(source="s3://gone/eagle3")))
+    assert err.value.code is sc.ErrorCode.SOURCE_UNAVAILABLE
+    assert "no objects" in err.value.message
+
+    hub = launched_from(tmp_path / "hub", FakeEngine(), "org/eagle3-not-cached")
+    with pytest.raises(ControlFailure) as err:
+        asyncio.run(hub.load_draft(sc.DraftLoadRequest(source="org/eagle3-not-cached")))
+    assert err.value.code is sc.ErrorCode.SOURCE_UNAVAILABLE
+    assert "model cache" in err.value.message

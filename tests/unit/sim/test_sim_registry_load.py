@@ -51,3 +51,22 @@ def test_a_promoted_draft_for_another_target_is_not_served(
     pod = start_sim().pod
     assert pod.engine.draft_version == "initial"
     assert "rev-0" in pod.warnings[0]
+
+
+def test_a_pod_goes_back_to_its_launch_draft_without_a_manifest_as_the_plugin_does(
+    start_sim: Any, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tide_contracts import serving_control as sc
+    from tide_vllm_sim.drafts import DraftLoadError
+
+    _publish(s3, "v4")
+    monkeypatch.setenv("TIDE_REGISTRY_URI", "s3://reg/chat")
+    pod = start_sim().pod
+    assert pod.engine.draft_version == "v4"
+    launch = pod.launch_source
+    assert launch
+    back = pod.load_draft(sc.DraftLoadRequest(source=launch + "/", version=None))
+    assert (back.previous_version, back.draft.version) == ("v4", "initial")
+    with pytest.raises(DraftLoadError) as err:
+        pod.load_draft(sc.DraftLoadRequest(source=launch, version="v9"))
+    assert err.value.code is sc.ErrorCode.INVALID_REQUEST
