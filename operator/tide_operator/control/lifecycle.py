@@ -141,6 +141,20 @@ def run_id_for(counter: int) -> str:
 
 
 def step_lifecycle(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    return _capture_allowed(state, _step(state, inputs, params, now), params)
+
+
+def _capture_allowed(before: LifecycleState, step: Step, params: LifecycleParams) -> Step:
+    """spec.control.capture.enabled=false wins in every phase: captures derive from user prompts."""
+    if params.capture.enabled or not step.state.capture_enabled:
+        return step
+    actions = tuple(a for a in step.actions if not isinstance(a, act.SetCapture))
+    if before.capture_enabled:
+        actions += (act.SetCapture(False, "CaptureDisabled", "spec.control.capture.enabled is false"),)
+    return Step(actions, replace(step.state, capture_enabled=False), step.reason, step.message)
+
+
+def _step(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
     if state.target_revision is None:
         state = replace(state, target_revision=inputs.target_revision, phase_since=now)
     elif state.target_revision != inputs.target_revision:

@@ -58,9 +58,10 @@ def render_serving_config(
         "speculativeConfig": speculative_config(spec, draft) if draft else None,
         "extraArgs": list(spec.inference.extra_args),
         "registryUri": pod.s3_uri(td_name, namespace, storage),
-        "captureUri": pod.s3_uri(td_name, namespace, storage, "captures") + "/"
-        if spec.control.capture.enabled
-        else None,
+        # Always named, capture on or off: capture is switched at runtime through the plugin (never
+        # on while spec.control.capture.enabled is false), so toggling it changes no pod template,
+        # restarts no pod, and leaves no env var behind that a strategic merge patch cannot remove.
+        "captureUri": pod.s3_uri(td_name, namespace, storage, "captures") + "/",
     }
 
 
@@ -94,8 +95,7 @@ def _env(td_name: str, spec: TideDeploymentSpec, rendered: dict[str, Any], confi
     env.append({"name": "TIDE_CONTROL_TOKEN", "valueFrom": {"secretKeyRef": secret}})
     env.append({"name": "TIDE_TARGET_REVISION", "value": spec.target.revision})
     env.append({"name": "TIDE_REGISTRY_URI", "value": rendered["registryUri"]})
-    if rendered["captureUri"]:
-        env.append({"name": "TIDE_CAPTURE_URI", "value": rendered["captureUri"]})
+    env.append({"name": "TIDE_CAPTURE_URI", "value": rendered["captureUri"]})
     if config.serving.vllm_plugins:
         env.append({"name": "VLLM_PLUGINS", "value": config.serving.vllm_plugins})
     return env

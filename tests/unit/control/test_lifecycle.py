@@ -517,3 +517,23 @@ def test_a_refusal_without_a_candidate_changes_nothing() -> None:
     collecting = state(Phase.COLLECTING)
     step = refuse_candidate(collecting, "ChecksumMismatch", "late", now=1.0)
     assert (step.actions, step.state) == ((), collecting)
+
+
+@pytest.mark.parametrize("phase", [Phase.TRAINING, Phase.EVALUATING, Phase.CANARY, Phase.COLLECTING])
+def test_capture_switched_off_in_the_spec_stops_capture_in_any_phase(phase: Phase) -> None:
+    off = replace(PARAMS, capture=CaptureParams(enabled=False))
+    work = {Phase.TRAINING: {"active_run": "r1"},
+            Phase.EVALUATING: {"candidate": "r1", "candidate_acceptance_length": 2.5},
+            Phase.CANARY: {"candidate": "r1", "candidate_acceptance_length": 2.5,
+                           "canary": CanaryAnalysis(started_at=0.0)}}.get(phase, {})
+    running = state(phase, **work)
+    step = step_lifecycle(running, inputs(), off, now=10.0)
+    assert not step.state.capture_enabled
+    assert [(a.enabled, a.reason) for a in step.actions if isinstance(a, act.SetCapture)] == [
+        (False, "CaptureDisabled")]
+
+    # A shift while capture is off collects nothing (a shift normally restarts collection).
+    quiet = replace(running, capture_enabled=False)
+    shifted = step_lifecycle(quiet, inputs(shift=True, shift_started=True), off, now=20.0)
+    assert not shifted.state.capture_enabled
+    assert not [a for a in shifted.actions if isinstance(a, act.SetCapture)]

@@ -135,11 +135,19 @@ def test_environment() -> None:
     assert "TIDE_DRAFT_VERSION" not in env
 
 
-def test_service_account_storage_has_no_key_env_and_no_capture_when_disabled() -> None:
-    spec = spec_with(storage={"s3": {"bucket": "tide"}}, control={"capture": {"enabled": False}})
+def test_service_account_storage_has_no_key_env() -> None:
+    spec = spec_with(storage={"s3": {"bucket": "tide"}})
     env = env_map(_container(_deployment(spec)))
-    assert not {"AWS_ACCESS_KEY_ID", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "TIDE_CAPTURE_URI"} & env.keys()
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"} & env.keys()
     assert env["TIDE_REGISTRY_URI"] == "s3://tide/llm/chat"  # default prefix: <namespace>/<name>
+
+
+def test_switching_capture_off_in_the_spec_changes_no_pod_template() -> None:
+    """Capture is a runtime switch: the spec toggle must not restart pods (nor leave an env var that a
+    strategic merge patch cannot remove, which made every pass patch the Deployment again)."""
+    on, off = (_deployment(spec_with(control={"capture": {"enabled": enabled}})) for enabled in (True, False))
+    assert on["spec"]["template"] == off["spec"]["template"]
+    assert env_map(_container(off))["TIDE_CAPTURE_URI"] == "s3://tide/llm/chat/captures/"
 
 
 def test_probe_port_and_shared_memory() -> None:
