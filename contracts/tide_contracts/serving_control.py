@@ -13,7 +13,7 @@ import urllib.request
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 CONTRACT_VERSION = 1
 API_PREFIX = "/tide/v1"
@@ -101,8 +101,33 @@ class CaptureRequest(_Request):
     destination: str | None = Field(default=None, description="s3://bucket/prefix/ shards are written under")
 
 
+Band = tuple[int, int, int]  # (first batch size, last batch size, speculative tokens), inclusive
+
+
+def validate_bands(bands: list[Band]) -> list[Band]:
+    """vLLM's num_speculative_tokens_per_batch_size rules: sorted, non-overlapping, from batch 1, K >= 0."""
+    previous_end = 0
+    for start, end, k in bands:
+        if start < 1 or end < start or k < 0:
+            raise ValueError(f"band {[start, end, k]}: needs 1 <= first <= last and tokens >= 0")
+        if start <= previous_end:
+            raise ValueError("bands must be sorted by batch size and must not overlap")
+        previous_end = end
+    if bands and bands[0][0] != 1:
+        raise ValueError("the first band must start at batch size 1")
+    return bands
+
+
 class SpeculationRequest(_Request):
     enabled: bool
+    tokens_per_batch_size: list[Band] | None = Field(
+        default=None, min_length=1, description="speculative tokens per batch-size band (each capped at the "
+        "launch num_speculative_tokens); null: the launch table")
+
+    @field_validator("tokens_per_batch_size")
+    @classmethod
+    def _bands(cls, bands: list[Band] | None) -> list[Band] | None:
+        return None if bands is None else validate_bands(bands)
 
 
 # ---- responses ---------------------------------------------------------------------------------
@@ -120,6 +145,8 @@ class SpeculationState(_Response):
     enabled: bool
     runtime_control: bool = Field(description="false: switching needs a pod restart (see the contract)")
     num_speculative_tokens: int
+    tokens_per_batch_size: list[Band] | None = Field(default=None, description="the table in force; null: "
+                                                     "the launch table")
 
 
 class CaptureCounters(_Response):
@@ -200,7 +227,9 @@ class ServingControlClient:
         return self._call("POST", SPECULATION_ROUTE, request, SpeculationState)
 
     def _call(self, method: str, route: str, body: _Request | None, answer: type[_R]) -> _R:
-        data = body.model_dump_json().encode() if body is not None else None
+        # Unset optional fields are left out: a plugin of an earlier version 1 (requests forbid unknown
+        # fields) still accepts every request that does not use what it lacks.
+        data = body.model_dump_json(exclude_none=True).encode() if body is not None else None
         req = urllib.request.Request(
             self.base_url + route, data=data, method=method,
             headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},

@@ -56,8 +56,10 @@ class PodControl:
                             num_speculative_tokens=self.engine.num_speculative_tokens)
 
     def speculation(self) -> sc.SpeculationState:
-        return sc.SpeculationState(enabled=self.engine.speculative_tokens() > 0, runtime_control=self.runtime_control,
-                                   num_speculative_tokens=self.engine.num_speculative_tokens)
+        return sc.SpeculationState(enabled=self.engine.speculation_enabled and self.engine.draft_version is not None,
+                                   runtime_control=self.runtime_control,
+                                   num_speculative_tokens=self.engine.num_speculative_tokens,
+                                   tokens_per_batch_size=self.engine.bands)
 
     def status(self) -> sc.ServingStatus:
         return sc.ServingStatus(
@@ -104,6 +106,7 @@ class PodControl:
                                  "speculation switches at runtime only with the plugin's scheduler (--scheduler-cls)")
         with self.engine.lock:
             self.engine.speculation_enabled = request.enabled
+            self.engine.bands = list(request.tokens_per_batch_size or ()) or None if request.enabled else None
         return self.speculation()
 
     def set_capture(self, request: sc.CaptureRequest) -> sc.CaptureState:

@@ -100,6 +100,7 @@ class SimEngine:
         self.num_speculative_tokens = num_speculative_tokens
         self.draft_version = draft_version
         self.speculation_enabled = draft_version is not None and num_speculative_tokens > 0
+        self.bands: list[tuple[int, int, int]] | None = None  # tokens per batch-size band; None: always g
         self.max_num_seqs = max_num_seqs
         self.counters = EngineCounters()
         self.running_real = 0
@@ -123,9 +124,17 @@ class SimEngine:
         return min(wanted, self.max_num_seqs), max(0, wanted - self.max_num_seqs)
 
     def speculative_tokens(self) -> int:
-        """g of the next step: 0 while speculation is off or no draft is served."""
-        on = self.speculation_enabled and self.draft_version is not None
-        return self.num_speculative_tokens if on else 0
+        """g of the next step: 0 while speculation is off or no draft is served; with bands, the band of
+        the running batch (capped at the launch g, carried past the last band, as vLLM's lookup)."""
+        if not (self.speculation_enabled and self.draft_version is not None):
+            return 0
+        if self.bands is None:
+            return self.num_speculative_tokens
+        batch = max(1, self.running_and_waiting()[0])
+        k = next((k for start, end, k in self.bands if start <= batch <= end), None)
+        if k is None:
+            k = next((k for start, _, k in reversed(self.bands) if start <= batch), self.bands[0][2])
+        return min(k, self.num_speculative_tokens)
 
     def step_seconds(self) -> float:
         m = self.scenario.engine

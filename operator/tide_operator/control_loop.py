@@ -59,7 +59,7 @@ class Effects(Protocol):
     def roll_back(self, action: act.RollBack) -> None: ...
     def serve_draft(self, action: act.ServeDraft) -> None: ...
     def invalidate(self, action: act.InvalidateArtifacts) -> None: ...
-    def converge(self, speculation: bool, capture: bool) -> list[str]: ...
+    def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None) -> list[str]: ...
 
 
 def _dispatch(effects: Effects) -> dict[type, Callable[..., None]]:
@@ -136,7 +136,7 @@ def _converge(draft: StatusDraft, effects: Effects, actions: list[act.Action], s
     if params.paused or any(isinstance(a, act.SetSpeculation | act.SetCapture) for a in actions):
         return
     try:
-        fixed = effects.converge(state.speculation.enabled, state.lifecycle.capture_enabled)
+        fixed = effects.converge(state.speculation.enabled, state.lifecycle.capture_enabled, state.table)
     except EffectError as e:
         draft.condition(ConditionType.DEGRADED, True, e.reason, f"converging pods: {e}", warn=True)
         return

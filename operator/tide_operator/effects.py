@@ -8,7 +8,7 @@ pointer write) before any pod loads the new version.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,23 +45,22 @@ class ClusterEffects:
     adopt: Any
 
     def set_speculation(self, action: act.SetSpeculation) -> None:
-        # Serving contract v1 switches speculation on or off; a per-batch-size table the policy may
-        # compute (adaptiveSpeculativeTokens) is not carried to the pods yet, so they keep g fixed.
-        self.fleet.set_speculation(action.enabled)
+        # The policy's table (adaptiveSpeculativeTokens) replaces the engine's per-batch-size table live.
+        self.fleet.set_speculation(action.enabled, action.tokens_per_batch_size)
 
     def set_capture(self, action: act.SetCapture) -> None:
         desired = self._desired(speculation=False, capture=action.enabled)
         self.fleet.set_capture(action.enabled, desired.sampling_rate, desired.destination)
 
-    def converge(self, speculation: bool, capture: bool) -> list[str]:
+    def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None) -> list[str]:
         """Repeat the switches a pod missed (it started after them); returns what was corrected."""
-        desired = self._desired(speculation, capture)
+        desired = replace(self._desired(speculation, capture), bands=bands if speculation else None)
         fixes = corrections(self.fleet.statuses(ready_only=True), desired)
         by_name = {p.name: p for p in self.fleet.pods}
         for fix in fixes:
             pod = [by_name[fix.pod]]
             if fix.speculation is not None:
-                self.fleet.set_speculation(fix.speculation, pod)
+                self.fleet.set_speculation(fix.speculation, desired.bands, pod)
             if fix.capture is not None:
                 self.fleet.set_capture(fix.capture, desired.sampling_rate, desired.destination, pod)
         return [fix.describe() for fix in fixes]

@@ -68,9 +68,12 @@ class Fleet:
         if failures:
             raise EffectError(message, Reason.SERVING_PODS_UNREACHABLE)
 
-    def set_speculation(self, enabled: bool, pods: Sequence[ServingPod] | None = None) -> None:
-        self._each("speculation " + ("on" if enabled else "off"),
-                   lambda c: c.set_speculation(SpeculationRequest(enabled=enabled)), pods)
+    def set_speculation(self, enabled: bool, bands: Sequence[Sequence[int]] | None = None,
+                        pods: Sequence[ServingPod] | None = None) -> None:
+        """On (with speculative tokens per batch-size band, or the launch table) or off."""
+        request = SpeculationRequest(enabled=enabled, tokens_per_batch_size=[
+            (int(a), int(b), int(k)) for a, b, k in bands] if enabled and bands else None)
+        self._each("speculation " + ("on" if enabled else "off"), lambda c: c.set_speculation(request), pods)
 
     def set_capture(self, enabled: bool, sampling_rate: float | None, destination: str | None,
                     pods: Sequence[ServingPod] | None = None) -> None:

@@ -13,7 +13,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tide_contracts.serving_control import CaptureState, ServingStatus
+from tide_contracts.serving_control import CaptureState, ServingStatus, SpeculationState
+from tide_operator.control.actions import Bands
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class DesiredPods:
     capture: bool
     sampling_rate: float  # 0..1
     destination: str | None  # where shards go while capture is on
+    bands: Bands | None = None  # while speculating; None: the launch table
 
 
 @dataclass(frozen=True)
@@ -52,12 +54,19 @@ def corrections(statuses: Mapping[str, ServingStatus | None], desired: DesiredPo
         if status is None or not status.engine_supported:
             continue
         speculation = status.speculation
-        spec_fix = (desired.speculation if speculation.runtime_control and speculation.enabled != desired.speculation
+        spec_fix = (desired.speculation if speculation.runtime_control and _speculation_differs(speculation, desired)
                     else None)
         capture_fix = desired.capture if _capture_differs(status.capture, desired) else None
         if spec_fix is not None or capture_fix is not None:
             out.append(Correction(name, spec_fix, capture_fix))
     return out
+
+
+def _speculation_differs(speculation: SpeculationState, desired: DesiredPods) -> bool:
+    if speculation.enabled != desired.speculation:
+        return True
+    reported = tuple(tuple(band) for band in speculation.tokens_per_batch_size or ()) or None
+    return desired.speculation and reported != desired.bands
 
 
 def _capture_differs(capture: CaptureState, desired: DesiredPods) -> bool:

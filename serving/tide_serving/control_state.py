@@ -26,7 +26,7 @@ from tide_serving.draft_source import (
     verify_draft_dir,
 )
 from tide_serving.settings import ServingSettings
-from tide_serving.speculation_switch import read_switch, write_switch
+from tide_serving.speculation_switch import read_switch, read_switch_state, write_switch
 
 log = logging.getLogger(__name__)
 SWITCH_SCHEDULERS = ("tide_serving.scheduler.SpeculationSwitchScheduler",
@@ -99,8 +99,10 @@ class ControlState:
 
     def _speculation(self) -> sc.SpeculationState:
         k = (self.worker or {}).get("num_speculative_tokens", 0)
+        runtime = self.runtime_speculation and self.launch_speculation
+        bands = read_switch_state(self.settings.speculation_switch_file)[1] if runtime else None
         return sc.SpeculationState(enabled=self.speculation_enabled(), num_speculative_tokens=k,
-                                   runtime_control=self.runtime_speculation and self.launch_speculation)
+                                   runtime_control=runtime, tokens_per_batch_size=bands)
 
     async def status(self) -> sc.ServingStatus:
         w = await self.refresh()
@@ -144,7 +146,7 @@ class ControlState:
             raise ControlFailure(sc.ErrorCode.RESTART_REQUIRED,
                                  f"speculation cannot be switched at runtime on this pod ({why}); "
                                  "roll the pods with the new serving configuration")
-        write_switch(self.settings.speculation_switch_file, req.enabled)
+        write_switch(self.settings.speculation_switch_file, req.enabled, req.tokens_per_batch_size)
         return self._speculation()
 
     # ---- draft load ----------------------------------------------------------------------------

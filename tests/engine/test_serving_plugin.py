@@ -313,3 +313,31 @@ def test_back_to_the_launch_draft_without_a_manifest(server, client, registry, t
     back = client.load_draft(sc.DraftLoadRequest(source=launch))
     assert (back.previous_version, back.draft.version) == ("v1", "initial")
     assert acceptance_while(server, lambda: generate(server, [7, 8, 9], 30)) > 0.25
+
+
+def drafts_and_tokens(server) -> tuple[float, float]:
+    from tide_serving.testing.server import metric_value, metrics_text
+
+    text = metrics_text(server)
+    return (metric_value(text, "vllm:spec_decode_num_drafts_total"),
+            metric_value(text, "vllm:spec_decode_num_draft_tokens_total"))
+
+
+def test_speculative_tokens_per_batch_size_switch_at_runtime(server, client, bigram) -> None:
+    """The operator's per-batch-size bands replace the engine's table live: 1 token per draft, then back."""
+    launch_k = client.status().speculation.num_speculative_tokens
+    assert launch_k > 1
+    try:
+        state = client.set_speculation(sc.SpeculationRequest(enabled=True, tokens_per_batch_size=[[1, 4096, 1]]))
+        assert state.tokens_per_batch_size == [(1, 4096, 1)]
+        drafts0, tokens0 = drafts_and_tokens(server)
+        assert generate(server, [310, 311, 312], 16) == chain(bigram, 312, 16)  # still exact under greedy
+        drafts1, tokens1 = drafts_and_tokens(server)
+        assert drafts1 > drafts0
+        assert tokens1 - tokens0 == drafts1 - drafts0, "one speculative token per draft"
+    finally:
+        assert client.set_speculation(sc.SpeculationRequest(enabled=True)).tokens_per_batch_size is None
+    drafts2, tokens2 = drafts_and_tokens(server)
+    generate(server, [313, 314, 315], 16)
+    drafts3, tokens3 = drafts_and_tokens(server)
+    assert tokens3 - tokens2 == launch_k * (drafts3 - drafts2), "the launch table is back"

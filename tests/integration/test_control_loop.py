@@ -58,7 +58,7 @@ def spec(bucket: str, endpoint: str, prometheus: str | None = None) -> dict:
         "target": {"model": "tide-local/tiny", "revision": "r1", "servedModelName": "chat"},
         "draft": {"method": "eagle3", "initial": f"s3://{bucket}/seed-draft", "numSpeculativeTokens": 3},
         "inference": {"replicas": 2, "gpusPerReplica": 1},
-        # On/off only: serving contract v1 switches speculation; per-batch-size tables are not actuated yet.
+        # On/off only here: per-batch-size tables are covered by the plugin's engine test and the simulator's.
         "control": {"interval": "5s", "decision": {"minDwell": "6s"}, "capture": {"enabled": False},
                     "adaptiveSpeculativeTokens": False},
         "storage": {"s3": {"bucket": bucket, "endpoint": endpoint, "credentialsSecret": "s3-creds"}},

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+Bands = tuple[tuple[int, int, int], ...]  # speculative tokens per batch-size band: (first, last, K), inclusive
+
 
 @dataclass(frozen=True)
 class SetSpeculation:
@@ -11,7 +13,7 @@ class SetSpeculation:
 
     enabled: bool
     num_speculative_tokens: int
-    tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None
+    tokens_per_batch_size: Bands | None
     reason: str
     message: str
 

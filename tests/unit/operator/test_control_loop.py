@@ -29,8 +29,9 @@ class RecordingEffects:
         self.lagging = lagging or []  # pods that missed a switch: converge corrects them
         self.converged: list[tuple[bool, bool]] = []
 
-    def converge(self, speculation: bool, capture: bool) -> list[str]:
+    def converge(self, speculation: bool, capture: bool, bands: object = None) -> list[str]:
         self.converged.append((speculation, capture))
+        self.bands = bands
         fixed, self.lagging = self.lagging, []
         return fixed
 
@@ -113,6 +114,7 @@ def test_pods_that_missed_a_switch_are_converged_in_a_later_pass_and_it_is_an_ev
         assert effects.converged == ([] if switched else [(state.speculation.enabled,
                                                            state.lifecycle.capture_enabled)])
         if effects.converged:
+            assert effects.bands == state.table  # the per-batch-size bands in force, too
             converged_in.append(now)
             assert [e.message for e in draft.events if e.reason == "PodsConverged"] == [
                 "chat-vllm-new: capture on (missed while it started)"]

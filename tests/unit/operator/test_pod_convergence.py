@@ -18,11 +18,12 @@ DESIRED = DesiredPods(speculation=False, capture=True, sampling_rate=0.5, destin
 
 
 def status(*, speculation: bool = False, runtime: bool = True, capture: bool = True, rate: float = 0.5,
-           destination: str | None = DEST, supported: bool = True) -> ServingStatus:
+           destination: str | None = DEST, supported: bool = True, bands: list | None = None) -> ServingStatus:
     return ServingStatus(
         contract_version=1, plugin_version="0.1", vllm_version="0.32.0", engine_supported=supported,
         model_name="chat", draft=None,
-        speculation=SpeculationState(enabled=speculation, runtime_control=runtime, num_speculative_tokens=3),
+        speculation=SpeculationState(enabled=speculation, runtime_control=runtime, num_speculative_tokens=3,
+                                     tokens_per_batch_size=bands),
         capture=CaptureState(enabled=capture, sampling_rate=rate, destination=destination,
                              counters=CaptureCounters()))
 
@@ -55,7 +56,7 @@ class FakePod:
         return self.reported
 
     def set_speculation(self, request: Any) -> None:
-        self.calls.append(("speculation", request.enabled))
+        self.calls.append(("speculation", request.enabled, request.tokens_per_batch_size))
 
     def set_capture(self, request: Any) -> None:
         self.calls.append(("capture", request.enabled, request.sampling_rate, request.destination))
@@ -74,4 +75,12 @@ def test_the_fleet_switches_only_the_pod_that_started_late() -> None:
 
     assert effects.converge(speculation=False, capture=True) == ["chat-b: speculation off, capture on"]
     assert old.calls == []
-    assert new.calls == [("speculation", False), ("capture", True, 0.5, destination)]
+    assert new.calls == [("speculation", False, None), ("capture", True, 0.5, destination)]
+
+    # Speculating with the policy's bands: a pod on the launch table (or other bands) gets them.
+    bands = ((1, 8, 3), (9, 256, 1))
+    old.reported = status(speculation=True, destination=destination, bands=[list(b) for b in bands])
+    new.reported, new.calls = status(speculation=True, destination=destination), []
+    assert effects.converge(speculation=True, capture=True, bands=bands) == ["chat-b: speculation on"]
+    assert new.calls == [("speculation", True, [(1, 8, 3), (9, 256, 1)])]
+    assert old.calls == []

@@ -20,7 +20,7 @@ from tide_serving.control_state import ControlFailure, ControlState
 from tide_serving.draft_source import architecture_from_config
 from tide_serving.engine_support import check_engine
 from tide_serving.settings import load_settings
-from tide_serving.speculation_switch import read_switch
+from tide_serving.speculation_switch import read_switch, read_switch_state, write_switch
 
 # ---- typed client ------------------------------------------------------------------------------
 
@@ -62,7 +62,7 @@ def test_client_sends_the_token_and_parses_responses(stub: str) -> None:
     state = sc.ServingControlClient(stub, "tok").set_capture(sc.CaptureRequest(enabled=True, sampling_rate=0.2))
     method, path, auth, body = Stub.seen[-1]
     assert (method, path, auth) == ("POST", sc.CAPTURE_ROUTE, "Bearer tok")
-    assert json.loads(body) == {"enabled": True, "sampling_rate": 0.2, "destination": None}
+    assert json.loads(body) == {"enabled": True, "sampling_rate": 0.2}  # unset: omitted (an earlier plugin accepts it)
     assert state.counters.captured_tokens == 5  # unknown response fields are ignored
 
 
@@ -201,6 +201,34 @@ def test_speculation_switch_and_its_fallback(tmp_path: Path) -> None:
     with pytest.raises(ControlFailure) as err:
         asyncio.run(fixed.set_speculation(sc.SpeculationRequest(enabled=False)))
     assert err.value.code is sc.ErrorCode.RESTART_REQUIRED
+
+
+def test_speculative_tokens_per_batch_size_reach_the_switch_file_and_status(tmp_path: Path) -> None:
+    c = control(tmp_path, FakeEngine())
+    state = asyncio.run(c.set_speculation(sc.SpeculationRequest(enabled=True,
+                                                                tokens_per_batch_size=[[1, 4, 3], [5, 64, 1]])))
+    assert state.enabled
+    assert state.tokens_per_batch_size == [(1, 4, 3), (5, 64, 1)]
+    assert read_switch_state(c.settings.speculation_switch_file) == (True, [(1, 4, 3), (5, 64, 1)])
+    launch = asyncio.run(c.set_speculation(sc.SpeculationRequest(enabled=True)))  # back to the launch table
+    assert launch.tokens_per_batch_size is None
+    off = asyncio.run(c.set_speculation(sc.SpeculationRequest(enabled=False, tokens_per_batch_size=[[1, 8, 2]])))
+    assert (off.enabled, off.tokens_per_batch_size) == (False, None)
+
+
+@pytest.mark.parametrize("bands", [[[2, 8, 3]], [[1, 8, 3], [4, 16, 1]], [[1, 8, -1]], [[1, 0, 2]], []])
+def test_bands_vllm_would_refuse_are_refused_by_the_contract(bands: list) -> None:
+    with pytest.raises(ValueError, match=r"band|batch size|at least 1 item"):
+        sc.SpeculationRequest(enabled=True, tokens_per_batch_size=bands)
+
+
+def test_a_damaged_switch_file_means_as_launched(tmp_path: Path) -> None:
+    path = tmp_path / "switch"
+    assert read_switch_state(path) == (True, None)  # no file yet
+    path.write_text("1 [[1, 4")
+    assert read_switch_state(path) == (True, None)
+    write_switch(path, False, [(1, 4, 2)])
+    assert read_switch_state(path) == (False, None)
 
 
 def test_capture_needs_an_s3_destination(tmp_path: Path) -> None:

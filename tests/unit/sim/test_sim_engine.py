@@ -158,3 +158,16 @@ def test_a_tick_across_a_phase_start_counts_only_the_loaded_part() -> None:
     engine.tick()  # 0..10 general without background, 10..12 korean with 40 running
     drafts = engine.counters.spec.exposed()[0]
     assert drafts == pytest.approx(40 * 2.0 / (0.01 * 2 * 1.3), abs=1)
+
+
+def test_bands_set_g_by_the_running_batch_like_vllms_lookup() -> None:
+    time = FakeTime()
+    engine = _engine(time)
+    engine.bands = [(1, 8, 3), (9, 32, 1), (64, 256, 0)]
+    assert engine.speculative_tokens() == 3  # batch 0 counts as 1
+    time.now = 10.0  # 40 running in the background: between bands, the previous band's K carries on
+    assert engine.speculative_tokens() == 1
+    engine.bands = [(1, 256, 5)]
+    assert engine.speculative_tokens() == 3  # capped at the launch g
+    engine.speculation_enabled = False
+    assert engine.speculative_tokens() == 0
