@@ -34,6 +34,9 @@ def build_pod(args: ServerArgs) -> control.PodControl:
     draft_version = (env.get("TIDE_DRAFT_VERSION") or "initial") if args.num_speculative_tokens else None
     engine = SimEngine(scenario, num_speculative_tokens=args.num_speculative_tokens, draft_version=draft_version,
                        max_num_seqs=args.max_num_seqs)
+    launch_bands = (args.speculative_config or {}).get("num_speculative_tokens_per_batch_size")
+    if launch_bands:  # vLLM's launch table (the operator rolls pods with one where they cannot switch live)
+        engine.bands = [(int(a), int(b), int(k)) for a, b, k in launch_bands]
     capture = CaptureRecorder(CaptureSettings.from_env(), scenario.capture, scenario.seed, target_revision)
     engine.on_finished = capture.offer
     runtime_control = bool(args.speculative_config) and "SpeculationSwitch" in (args.scheduler_cls or "")

@@ -26,6 +26,7 @@ from tide_operator.control.policy import Observation, PolicyParams, PolicyState,
 from tide_operator.serving_status import EventNote, StatusDraft
 
 PODS_CONVERGED = "PodsConverged"
+PODS_ROLLED = "PodsRolledForSpeculation"
 
 
 class EffectError(RuntimeError):
@@ -50,7 +51,7 @@ class DraftRefused(EffectError):
 
 
 class Effects(Protocol):
-    def set_speculation(self, action: act.SetSpeculation) -> None: ...
+    def set_speculation(self, action: act.SetSpeculation) -> str | None: ...  # why pods were rolled
     def set_capture(self, action: act.SetCapture) -> None: ...
     def launch_training(self, action: act.LaunchTraining) -> None: ...
     def cancel_training(self, action: act.CancelTraining) -> None: ...
@@ -91,14 +92,15 @@ def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReadin
                         warn=True)
         return state
     actions, new_state = decide(reading.observation, state, params, now)
-    failed = _carry_out(actions, effects)
+    rolled: list[str] = []
+    failed = _carry_out(actions, effects, rolled)
     refused = _refused_candidate(failed)
     if refused is not None:
         step = refuse_candidate(state.lifecycle, refused.reason, str(refused), now)
         actions = list(step.actions)
         new_state = replace(state, lifecycle=step.state, lifecycle_reason=step.reason,
                             lifecycle_message=step.message)
-        failed = _carry_out(actions, effects)
+        failed = _carry_out(actions, effects, rolled)
     if failed is not None:
         action, error = failed
         reason = error.reason
@@ -106,6 +108,8 @@ def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReadin
         return state  # retry the same decision next pass
     draft.condition(ConditionType.DEGRADED, False, Reason.AS_EXPECTED, "observations and actions succeed")
     _report(draft, actions, new_state, params, reading.observation, now)
+    for why in rolled:  # the fallback where a pod cannot switch live: say so (issue: actuation)
+        draft.events.append(EventNote("Warning", PODS_ROLLED, why, action="RollPods"))
     _training_ended(draft, state, new_state)
     _converge(draft, effects, actions, new_state, params)
     return new_state
@@ -145,14 +149,20 @@ def _converge(draft: StatusDraft, effects: Effects, actions: list[act.Action], s
                                       action="Converge"))
 
 
-def _carry_out(actions: list[act.Action], effects: Effects) -> tuple[act.Action, EffectError] | None:
-    """Carry out the actions in order; the first that fails stops the rest (they may depend on it)."""
+def _carry_out(actions: list[act.Action], effects: Effects,
+               rolled: list[str]) -> tuple[act.Action, EffectError] | None:
+    """Carry out the actions in order; the first that fails stops the rest (they may depend on it).
+
+    An effect that had to roll the pods instead of switching them live says why (into ``rolled``).
+    """
     table = _dispatch(effects)
     for action in actions:
         try:
-            table[type(action)](action)
+            why = table[type(action)](action)
         except EffectError as e:
             return action, e
+        if isinstance(why, str):
+            rolled.append(why)
     return None
 
 

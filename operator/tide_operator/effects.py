@@ -23,9 +23,15 @@ from tide_operator.config import OperatorConfig
 from tide_operator.control import actions as act
 from tide_operator.control.placement import Placement
 from tide_operator.control_loop import DraftRefused, EffectError
-from tide_operator.fleet import Fleet
+from tide_operator.fleet import Fleet, RestartRequired
 from tide_operator.manifests import names
 from tide_operator.manifests.pod import s3_uri
+from tide_operator.manifests.serving import (
+    OFF_BANDS,
+    build_serving_configmap,
+    build_serving_deployment,
+    launch_bands_of,
+)
 from tide_operator.manifests.trainer import build_trainer_job
 from tide_operator.pod_convergence import DesiredPods, corrections
 
@@ -44,9 +50,31 @@ class ClusterEffects:
     registry: DraftRegistry
     adopt: Any
 
-    def set_speculation(self, action: act.SetSpeculation) -> None:
+    def set_speculation(self, action: act.SetSpeculation) -> str | None:
+        """Live through the plugin; pods that can switch only by a restart are rolled (returns why)."""
         # The policy's table (adaptiveSpeculativeTokens) replaces the engine's per-batch-size table live.
-        self.fleet.set_speculation(action.enabled, action.tokens_per_batch_size)
+        try:
+            self.fleet.set_speculation(action.enabled, action.tokens_per_batch_size)
+        except RestartRequired as refused:
+            return self._roll_speculation(action, refused)
+        return None
+
+    def _roll_speculation(self, action: act.SetSpeculation, refused: RestartRequired) -> str | None:
+        bands = action.tokens_per_batch_size if action.enabled else OFF_BANDS
+        live = self.cluster.deployment(self.namespace, names.serving_name(self.name))
+        if launch_bands_of(live) == bands:
+            return None  # already rolled this way: the refusals come from pods still being replaced
+        try:
+            for child in (build_serving_configmap(self.name, self.namespace, self.spec, launch_bands=bands),
+                          build_serving_deployment(self.name, self.namespace, self.spec, self.placement, self.config,
+                                                   launch_bands=bands)):
+                self.cluster.apply(self.adopt(child))
+        except (ValueError, ApiException) as e:
+            raise EffectError(f"rolling the serving pods for speculation: {e}") from e
+        how = "off (K=0 at every batch size)" if not action.enabled else (
+            f"on with {len(bands)} batch-size band(s)" if bands else "on")
+        return (f"the pods switch speculation only by a restart ({str(refused)[:300]}): rolling them with "
+                f"speculation {how}")
 
     def set_capture(self, action: act.SetCapture) -> None:
         desired = self._desired(speculation=False, capture=action.enabled)

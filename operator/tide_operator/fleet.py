@@ -32,6 +32,13 @@ DRAFT_REFUSALS = {
 }
 
 
+class RestartRequired(EffectError):
+    """Every pod that failed can change this only by a restart with a new serving configuration."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, Reason.SERVING_PODS_UNREACHABLE)
+
+
 @dataclass(frozen=True)
 class ServingPod:
     name: str
@@ -54,7 +61,7 @@ class Fleet:
         A pod that refused a draft's files (it verifies before it swaps, so it still serves the
         old one) raises DraftRefused: the draft is bad, not the pod.
         """
-        failures, refusals = [], []
+        failures, refusals, restarts = [], [], 0
         for pod in pods if pods is not None else [p for p in self.pods if p.ready]:
             try:
                 call(self.client(pod))
@@ -62,9 +69,12 @@ class Fleet:
                 failures.append(f"{pod.name}: {e}")
                 if isinstance(e, ServingControlError) and e.code in DRAFT_REFUSALS:
                     refusals.append(DRAFT_REFUSALS[e.code])
+                restarts += isinstance(e, ServingControlError) and e.code is ErrorCode.RESTART_REQUIRED
         message = f"{what} failed on {len(failures)} pod(s): " + "; ".join(failures)
         if refusals:
             raise DraftRefused(refusals[0], message)
+        if failures and restarts == len(failures):
+            raise RestartRequired(message)
         if failures:
             raise EffectError(message, Reason.SERVING_PODS_UNREACHABLE)
 

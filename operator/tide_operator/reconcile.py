@@ -17,6 +17,7 @@ from tide_operator.api.conditions import Reason
 from tide_operator.api.status import Phase
 from tide_operator.cluster import Applied, Cluster
 from tide_operator.config import OperatorConfig
+from tide_operator.control.actions import Bands
 from tide_operator.control.placement import Placement, PoolRequest, choose_pools
 from tide_operator.control_step import run_control
 from tide_operator.manifests import labels, names
@@ -25,6 +26,7 @@ from tide_operator.manifests.serving import (
     build_service,
     build_serving_configmap,
     build_serving_deployment,
+    launch_bands_of,
 )
 from tide_operator.prometheus_adapter import PrometheusAdapters
 from tide_operator.serving_status import EventNote, ServingObservation, StatusDraft, invalid, scheduled, serving
@@ -62,7 +64,10 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
 
     # The control token is made once and never rotated by a pass (pods read it at start).
     cluster.create_if_absent(adopt(control_token_secret(name, namespace)))
-    applied = tuple(cluster.apply(adopt(child)) for child in _children(name, namespace, spec, placement, config))
+    # Pods that cannot switch speculation at runtime were rolled with the policy's table: keep it.
+    bands = launch_bands_of(cluster.deployment(namespace, names.serving_name(name)))
+    applied = tuple(cluster.apply(adopt(child))
+                    for child in _children(name, namespace, spec, placement, config, bands))
     deployment = cluster.deployment(namespace, names.serving_name(name)) or {}
     observed = deployment.get("status") or {}
     serving(draft, ServingObservation(replicas=spec.inference.replicas,
@@ -101,9 +106,10 @@ def control_token_secret(name: str, namespace: str) -> dict[str, Any]:
 
 
 def _children(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement,
-              config: OperatorConfig) -> list[dict[str, Any]]:
-    return [build_serving_configmap(name, namespace, spec), build_service(name, namespace, spec),
-            build_serving_deployment(name, namespace, spec, placement, config)]
+              config: OperatorConfig, launch_bands: Bands | None = None) -> list[dict[str, Any]]:
+    return [build_serving_configmap(name, namespace, spec, launch_bands=launch_bands),
+            build_service(name, namespace, spec),
+            build_serving_deployment(name, namespace, spec, placement, config, launch_bands=launch_bands)]
 
 
 def _result(draft: StatusDraft, applied: tuple[Applied, ...] = ()) -> PassResult:

@@ -13,6 +13,7 @@ from typing import Any
 
 from tide_operator.api.spec import TideDeploymentSpec
 from tide_operator.config import OperatorConfig
+from tide_operator.control.actions import Bands
 from tide_operator.control.placement import Placement
 from tide_operator.manifests import labels, names, pod
 from tide_operator.manifests.fingerprint import SPEC_HASH_ANNOTATION, stable_hash
@@ -24,6 +25,23 @@ PORT_NAME = "http"
 SERVING_CONFIG_KEY = "serving.json"
 # Key of the per-deployment Secret (names.control_token_secret_name) the handlers create.
 CONTROL_AUTH_KEY = "token"
+# On the Deployment: the speculative tokens per batch size its pods were last rolled with (JSON bands;
+# "" = the spec's table), for pods that cannot switch speculation at runtime (no plugin scheduler).
+LAUNCH_BANDS_ANNOTATION = "tide.dev/launch-speculative-tokens"
+# Speculation off by restart: K=0 at every batch size keeps the draft loaded and the auxiliary hidden
+# states computed, so capture and hot swaps keep working (removing --speculative-config would not).
+OFF_BANDS: Bands = ((1, 1 << 20, 0),)
+
+
+def launch_bands_of(deployment: dict[str, Any] | None) -> Bands | None:
+    """The bands a live Deployment was rolled with (None: the spec's launch table)."""
+    raw = ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(LAUNCH_BANDS_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        return tuple((int(a), int(b), int(k)) for a, b, k in json.loads(raw))
+    except (ValueError, TypeError):
+        return None  # a hand-edited annotation: back to the spec's table
 
 
 def is_hub_id(location: str) -> bool:
@@ -31,19 +49,23 @@ def is_hub_id(location: str) -> bool:
     return "://" not in location and not location.startswith(("/", "."))
 
 
-def speculative_config(spec: TideDeploymentSpec, draft_location: str) -> dict[str, Any]:
+def speculative_config(spec: TideDeploymentSpec, draft_location: str,
+                       launch_bands: Bands | None = None) -> dict[str, Any]:
     config: dict[str, Any] = {
         "method": spec.draft.method.value,
         "model": draft_location,
         "num_speculative_tokens": spec.draft.num_speculative_tokens,
     }
+    if launch_bands is not None:  # pods without runtime switching: the policy's table, by restart
+        config["num_speculative_tokens_per_batch_size"] = [list(band) for band in launch_bands]
     if draft_location.startswith("s3://"):
         config["draft_load_config"] = {"load_format": "runai_streamer"}
     return config
 
 
 def render_serving_config(
-    td_name: str, namespace: str, spec: TideDeploymentSpec, bootstrap_draft: str | None = None
+    td_name: str, namespace: str, spec: TideDeploymentSpec, bootstrap_draft: str | None = None,
+    launch_bands: Bands | None = None,
 ) -> dict[str, Any]:
     """What the servers run, as JSON: the ConfigMap holds it and the container args derive from it."""
     draft = spec.draft.initial or bootstrap_draft
@@ -55,7 +77,7 @@ def render_serving_config(
         "servedModelName": spec.target.served_model_name or td_name,
         "tensorParallelSize": spec.target.tensor_parallel_size,
         "port": spec.inference.port,
-        "speculativeConfig": speculative_config(spec, draft) if draft else None,
+        "speculativeConfig": speculative_config(spec, draft, launch_bands) if draft else None,
         "extraArgs": list(spec.inference.extra_args),
         "registryUri": pod.s3_uri(td_name, namespace, storage),
         # Always named, capture on or off: capture is switched at runtime through the plugin (never
@@ -168,10 +190,18 @@ def build_serving_deployment(
     operator_config: OperatorConfig,
     *,
     bootstrap_draft: str | None = None,
+    launch_bands: Bands | None = None,
 ) -> dict[str, Any]:
-    """The vLLM Deployment on the chosen inference class; raises ValueError when none was chosen."""
-    rendered = render_serving_config(td_name, namespace, spec, bootstrap_draft)
+    """The vLLM Deployment on the chosen inference class; raises ValueError when none was chosen.
+
+    ``launch_bands``: speculative tokens per batch size the pods launch with, for pods that cannot
+    switch at runtime (rolled by the operator, ``LAUNCH_BANDS_ANNOTATION`` remembers it across passes).
+    """
+    rendered = render_serving_config(td_name, namespace, spec, bootstrap_draft, launch_bands)
     template = _pod_template(td_name, spec, placement, operator_config, rendered)
+    # Always present ("" = the spec's table): a key left out would survive a strategic merge patch.
+    annotations = {SPEC_HASH_ANNOTATION: stable_hash(template), LAUNCH_BANDS_ANNOTATION: "" if launch_bands is None
+                   else json.dumps([list(band) for band in launch_bands])}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -180,7 +210,7 @@ def build_serving_deployment(
             "namespace": namespace,
             "labels": labels.serving_labels(td_name),
             # Hash of the template only: replicas belong to the scale subresource (an autoscaler).
-            "annotations": {SPEC_HASH_ANNOTATION: stable_hash(template)},
+            "annotations": annotations,
         },
         "spec": {
             "replicas": spec.inference.replicas,
@@ -211,10 +241,11 @@ def build_service(td_name: str, namespace: str, spec: TideDeploymentSpec) -> dic
 
 
 def build_serving_configmap(
-    td_name: str, namespace: str, spec: TideDeploymentSpec, bootstrap_draft: str | None = None
+    td_name: str, namespace: str, spec: TideDeploymentSpec, bootstrap_draft: str | None = None,
+    launch_bands: Bands | None = None,
 ) -> dict[str, Any]:
     """The rendered serving config, for people and tools (the pods get the same through their args)."""
-    rendered = render_serving_config(td_name, namespace, spec, bootstrap_draft)
+    rendered = render_serving_config(td_name, namespace, spec, bootstrap_draft, launch_bands)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

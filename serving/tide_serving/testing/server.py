@@ -39,6 +39,7 @@ class ServerConfig:
     model_name: str = "tiny"
     plugin: bool = True
     switch_scheduler: bool = True  # False: a pod whose speculation can only change by restart
+    tokens_per_batch_size: list[list[int]] | None = None  # vLLM's launch table (the operator's restart fallback)
     extra_args: list[str] = field(default_factory=list)
 
 
@@ -67,8 +68,10 @@ def _command(cfg: ServerConfig, port: int) -> list[str]:
            "--served-model-name", cfg.model_name, "--max-model-len", "512", "--host", "127.0.0.1",
            "--port", str(port), "--max-num-seqs", "16"]
     if cfg.draft is not None:
-        spec = {"method": "eagle3", "model": str(cfg.draft),
-                "num_speculative_tokens": cfg.num_speculative_tokens}
+        spec: dict[str, object] = {"method": "eagle3", "model": str(cfg.draft),
+                                   "num_speculative_tokens": cfg.num_speculative_tokens}
+        if cfg.tokens_per_batch_size is not None:
+            spec["num_speculative_tokens_per_batch_size"] = cfg.tokens_per_batch_size
         cmd += ["--speculative-config", json.dumps(spec)]
     if cfg.plugin:
         cmd += ["--worker-extension-cls", WORKER_EXTENSION]

@@ -10,9 +10,12 @@ from tide_operator.config import OperatorConfig, ServingConfig
 from tide_operator.control.placement import Placement, PoolChoice
 from tide_operator.manifests.fingerprint import SPEC_HASH_ANNOTATION, stable_hash
 from tide_operator.manifests.serving import (
+    LAUNCH_BANDS_ANNOTATION,
+    OFF_BANDS,
     build_service,
     build_serving_configmap,
     build_serving_deployment,
+    launch_bands_of,
     render_serving_config,
 )
 
@@ -289,3 +292,16 @@ def test_configmap_holds_the_rendered_serving_config() -> None:
     assert rendered == json.loads(json.dumps(render_serving_config("chat", "llm", spec)))
     assert rendered["speculativeConfig"]["num_speculative_tokens"] == 3
     assert rendered["captureUri"] == "s3://tide/llm/chat/captures/"
+
+
+def test_pods_rolled_with_launch_bands_carry_them_in_the_speculative_config_and_an_annotation() -> None:
+    plain, off = _deployment(), _deployment(launch_bands=OFF_BANDS)
+    assert launch_bands_of(plain) is None  # "" on every Deployment, so going back removes nothing by patch
+    assert plain["metadata"]["annotations"][LAUNCH_BANDS_ANNOTATION] == ""
+    assert launch_bands_of(off) == OFF_BANDS
+    config = json.loads(_arg(_container(off)["args"], "--speculative-config"))
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 1 << 20, 0]]
+    assert "num_speculative_tokens_per_batch_size" not in json.loads(_arg(_container(plain)["args"],
+                                                                           "--speculative-config"))
+    assert off["spec"]["template"] != plain["spec"]["template"]  # a new template: the pods roll
+    assert launch_bands_of({"metadata": {"annotations": {LAUNCH_BANDS_ANNOTATION: "[[1, 4"}}}) is None

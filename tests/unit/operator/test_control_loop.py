@@ -150,3 +150,17 @@ def test_a_trainer_job_that_ends_is_an_event_with_its_outcome_for_the_jobs_metri
     running = replace(GOOD_DRAFT_LOW_LOAD, training=TrainingObservation("r1", TrainingStatus.RUNNING))
     control_pass(draft, PARAMS, SensorReading(running), RecordingEffects(), now=60.0)
     assert not [e for e in draft.events if e.training_outcome]
+
+
+def test_a_switch_carried_out_by_rolling_the_pods_is_a_warning_event():
+    class RollingEffects(RecordingEffects):
+        def set_speculation(self, action: act.Action) -> str:
+            self.done.append(action)
+            return "the pods switch speculation only by a restart (409 restart_required): rolling them"
+
+    draft, effects = serving_draft(), RollingEffects()
+    state = control_pass(draft, PARAMS, SensorReading(GOOD_DRAFT_LOW_LOAD), effects, now=0.0)
+    assert state.speculation.enabled  # the switch is done (by the roll): the decision is kept
+    rolled = [e for e in draft.events if e.reason == "PodsRolledForSpeculation"]
+    assert [(e.type, e.action) for e in rolled] == [("Warning", "RollPods")]
+    assert "restart_required" in rolled[0].message

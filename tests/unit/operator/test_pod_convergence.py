@@ -6,11 +6,24 @@ from typing import Any
 
 import pytest
 
-from tide_contracts.serving_control import CaptureCounters, CaptureState, ServingStatus, SpeculationState
+from tide_contracts.serving_control import (
+    CaptureCounters,
+    CaptureState,
+    ErrorCode,
+    ServingControlError,
+    ServingStatus,
+    SpeculationState,
+)
 from tide_operator.api import parse_spec
+from tide_operator.catalog import DEFAULT_CATALOG
+from tide_operator.config import OperatorConfig
+from tide_operator.control import actions as act
+from tide_operator.control.placement import NodeInventory, Placement, PoolRequest, choose_pools
+from tide_operator.control_loop import EffectError
 from tide_operator.effects import ClusterEffects
-from tide_operator.fleet import Fleet, ServingPod
+from tide_operator.fleet import Fleet, RestartRequired, ServingPod
 from tide_operator.manifests.pod import s3_uri
+from tide_operator.manifests.serving import OFF_BANDS, launch_bands_of
 from tide_operator.pod_convergence import Correction, DesiredPods, corrections
 
 DEST = "s3://tide/team/chat/captures/"
@@ -84,3 +97,80 @@ def test_the_fleet_switches_only_the_pod_that_started_late() -> None:
     assert effects.converge(speculation=True, capture=True, bands=bands) == ["chat-b: speculation on"]
     assert new.calls == [("speculation", True, [(1, 8, 3), (9, 256, 1)])]
     assert old.calls == []
+
+
+# -- pods that switch speculation only by a restart ----------------------------------------------------
+
+
+class RestartOnlyPod(FakePod):
+    def set_speculation(self, request: Any) -> None:
+        raise ServingControlError(409, ErrorCode.RESTART_REQUIRED, "launched without --scheduler-cls")
+
+
+class FakeCluster:
+    def __init__(self) -> None:
+        self.live: dict[str, dict] = {}
+        self.applied: list[dict] = []
+
+    def deployment(self, namespace: str, name: str) -> dict | None:
+        return self.live.get(name)
+
+    def apply(self, desired: dict) -> None:
+        self.applied.append(desired)
+        self.live[desired["metadata"]["name"]] = desired
+
+
+def h100_placement() -> Placement:
+    nodes = [NodeInventory(f"h100-{i}", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, {"nvidia.com/gpu": 8})
+             for i in range(2)]
+    return choose_pools(nodes, DEFAULT_CATALOG, PoolRequest(("H100",), 2, 1), PoolRequest(("H100",), 1, 1))
+
+
+def restart_only_effects(cluster: FakeCluster, *pods: FakePod) -> ClusterEffects:
+    clients = {f"http://10.0.0.{i}:8000": pod for i, pod in enumerate(pods, 1)}
+    fleet = Fleet([ServingPod(f"chat-{i}", f"10.0.0.{i}", True) for i in range(1, len(pods) + 1)], 8000, "t",
+                  client_factory=lambda url, token: clients[url])
+    spec = parse_spec({"target": {"model": "m", "revision": "r1"}, "draft": {"initial": "/drafts/launch"},
+                       "storage": {"s3": {"bucket": "tide"}}})
+    return ClusterEffects("chat", "team", spec, h100_placement(), OperatorConfig(), cluster,  # type: ignore[arg-type]
+                          fleet, None, lambda child: child)
+
+
+def test_pods_without_runtime_switching_are_rolled_once_with_the_bands_and_it_is_said() -> None:
+    cluster = FakeCluster()
+    effects = restart_only_effects(cluster, RestartOnlyPod(status()), RestartOnlyPod(status()))
+    off = act.SetSpeculation(False, 0, None, "SpeedupBelowMargin", "speedup 0.91 < 1.02")
+    why = effects.set_speculation(off)
+    assert why is not None
+    assert "rolling them with speculation off" in why
+    assert "409 restart_required" in why
+    assert {d["kind"] for d in cluster.applied} == {"ConfigMap", "Deployment"}
+    deployment = cluster.live["chat-vllm"]
+    assert launch_bands_of(deployment) == OFF_BANDS
+
+    cluster.applied.clear()  # the old pods still refuse while they are replaced: nothing to roll again
+    assert effects.set_speculation(off) is None
+    assert cluster.applied == []
+
+    bands = ((1, 8, 3), (9, 256, 1))
+    on = effects.set_speculation(act.SetSpeculation(True, 3, bands, "SpeedupAboveMargin", "1.31 > 1.05"))
+    assert on is not None
+    assert "on with 2 batch-size band(s)" in on
+    assert launch_bands_of(cluster.live["chat-vllm"]) == bands
+
+
+def test_pods_that_switch_live_are_never_rolled_and_mixed_failures_stay_errors() -> None:
+    cluster = FakeCluster()
+    assert restart_only_effects(cluster, FakePod(status())).set_speculation(
+        act.SetSpeculation(False, 0, None, "r", "m")) is None
+    assert cluster.applied == []
+
+    class Unreachable(FakePod):
+        def set_speculation(self, request: Any) -> None:
+            raise ServingControlError(0, ErrorCode.ENGINE_ERROR, "unreachable")
+
+    effects = restart_only_effects(cluster, RestartOnlyPod(status()), Unreachable(status()))
+    with pytest.raises(EffectError) as err:
+        effects.set_speculation(act.SetSpeculation(False, 0, None, "r", "m"))
+    assert not isinstance(err.value, RestartRequired)
+    assert cluster.applied == []

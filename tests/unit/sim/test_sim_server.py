@@ -135,6 +135,16 @@ def test_speculation_without_the_plugin_scheduler_needs_a_restart(start_sim: Any
     assert (err.value.status, err.value.code) == (409, sc.ErrorCode.RESTART_REQUIRED)
 
 
+def test_a_pod_rolled_with_launch_bands_speculates_by_them(start_sim: Any) -> None:
+    """The operator's restart fallback: K=0 at every batch size, set in --speculative-config."""
+    off = json.dumps({"method": "eagle3", "model": "d", "num_speculative_tokens": 3,
+                      "num_speculative_tokens_per_batch_size": [[1, 1 << 20, 0]]})
+    sim = start_sim("--speculative-config", off, "--scheduler-cls", "vllm.v1.core.sched.scheduler.Scheduler")
+    assert sim.pod.engine.speculative_tokens() == 0
+    _post(sim.url + "/v1/completions", {"prompt": "x", "max_tokens": 20})
+    assert _value(_metrics(sim), "vllm:spec_decode_num_drafts", "vllm:spec_decode_num_drafts_total") == 0
+
+
 def _draft_dir(root: Path, version: str, target_revision: str = "rev-1", corrupt: bool = False) -> Path:
     directory = root / "drafts" / version
     directory.mkdir(parents=True)

@@ -1,0 +1,57 @@
+"""The operator's fallback for pods without the plugin's scheduler: it rolls them with vLLM's launch
+table of speculative tokens per batch size. Off is K=0 at every batch size (OFF_BANDS): no drafts are
+proposed, output stays exact, the draft stays loaded, and capture still works (the target still
+computes the auxiliary layers), which removing --speculative-config would lose."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from serving_vllm_helpers import TOKEN, make_bucket
+
+from tide_contracts import serving_control as sc
+from tide_operator.manifests.serving import OFF_BANDS
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models, s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from tide_serving.testing.server import ServerConfig, start_server
+
+    tmp = tmp_path_factory.mktemp("rolled")
+    env = {sc.CONTROL_TOKEN_ENV: TOKEN, "TIDE_STATE_DIR": str(tmp / "state"), "TIDE_POD_NAME": "pod-r",
+           "TIDE_TARGET_REVISION": "tiny-bigram-1", "TIDE_CAPTURE_FLUSH_S": "0.5"}
+    srv = start_server(ServerConfig(target=tiny_models.target, draft=tiny_models.good_draft,
+                                    log_path=tmp / "server.log", env=env, switch_scheduler=False,
+                                    tokens_per_batch_size=[list(band) for band in OFF_BANDS]))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_rolled_off_proposes_no_drafts_and_still_captures(server, tiny_models) -> None:
+    from tide_serving.testing.server import complete, metric_value, metrics_text
+    from tide_serving.testing.tiny_models import bigram_next
+
+    client = sc.ServingControlClient(server.base_url, TOKEN, timeout_s=120)
+    status = client.status()
+    assert status.draft is not None  # the draft is still loaded: hot swaps keep working
+    assert not status.speculation.runtime_control
+    bucket = make_bucket()
+    client.set_capture(sc.CaptureRequest(enabled=True, sampling_rate=1.0, destination=f"s3://{bucket}/captures"))
+    before = metrics_text(server)
+    text = complete(server, "w40 w41 w42", 16)["choices"][0]["text"]
+    after = metrics_text(server)
+    bigram, last, expected = bigram_next(tiny_models.target), 42, []
+    for _ in range(16):
+        last = bigram[last]
+        expected.append(last)
+    assert [int(w[1:]) for w in text.split()] == expected
+    drafted = (metric_value(after, "vllm:spec_decode_num_draft_tokens_total")
+               - metric_value(before, "vllm:spec_decode_num_draft_tokens_total"))
+    assert drafted == 0
+    captured = client.set_capture(sc.CaptureRequest(enabled=False)).counters.captured_tokens
+    assert captured >= 16
