@@ -108,8 +108,11 @@ def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReadin
         return state  # retry the same decision next pass
     draft.condition(ConditionType.DEGRADED, False, Reason.AS_EXPECTED, "observations and actions succeed")
     _report(draft, actions, new_state, params, reading.observation, now)
-    for why in rolled:  # the fallback where a pod cannot switch live: say so (issue: actuation)
+    for why in rolled:  # the fallback where a pod cannot switch live: say so, in status and as an Event
         draft.events.append(EventNote("Warning", PODS_ROLLED, why, action="RollPods"))
+        enabled = new_state.speculation.enabled
+        draft.condition(ConditionType.SPECULATION_ENABLED, enabled, new_state.speculation_reason or Reason.NO_DRAFT,
+                        f"{new_state.speculation_message or 'switched'}; pods rolled (no runtime switch)")
     _training_ended(draft, state, new_state)
     _converge(draft, effects, actions, new_state, params)
     return new_state

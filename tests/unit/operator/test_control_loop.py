@@ -164,3 +164,4 @@ def test_a_switch_carried_out_by_rolling_the_pods_is_a_warning_event():
     rolled = [e for e in draft.events if e.reason == "PodsRolledForSpeculation"]
     assert [(e.type, e.action) for e in rolled] == [("Warning", "RollPods")]
     assert "restart_required" in rolled[0].message
+    assert condition(draft, "SpeculationEnabled").message.endswith("pods rolled (no runtime switch)")
