@@ -63,7 +63,7 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     prometheus = adapters.for_endpoint(spec.prometheus.url or config.prometheus_url)
     reading = read_sensors(name, namespace, spec, state, prometheus, registry, cluster)
     effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
-    params = policy_params(spec)
+    params = policy_params(spec, observation_window_s=config.prometheus_window_seconds)
     kept = control_pass(draft, params, reading, effects, now_s)
     enforce_buffer_caps(draft, registry, reading, params.capture, kept, now_s)
 

@@ -3,6 +3,11 @@
 Both EMAs start at the mean of the first min_samples samples. After that each observation
 moves them with a time-weighted factor lambda = 0.5 ** (dt / half_life), so the detector does
 not depend on how often Prometheus is polled. A shift is short < long * (1 - threshold).
+
+The signal has hysteresis: once up it stays up until short recovers to long * (1 - threshold / 2).
+After a real shift the long EMA slides down to the new level, so the ratio passes the threshold
+slowly; without the band, noise on the short EMA crossed it again and again, and every rising
+edge restarted training on the same shift (seen in the e2e: three runs cancelled in a row).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class DriftState:
     updated_at: float | None = None
     warmup_samples: int = 0
     warmup_sum: float = 0.0  # sum of acceptance * samples during warm-up
+    hold_until: float | None = None  # the policy feeds no observations before this (a new draft settling)
 
     @property
     def ready(self) -> bool:
@@ -67,10 +73,12 @@ def update_drift(
     return replace(state, short_ema=short, long_ema=long, updated_at=now)
 
 
-def shift_detected(state: DriftState, params: DriftParams) -> bool:
+def shift_detected(state: DriftState, params: DriftParams, active: bool = False) -> bool:
+    """The shift signal; ``active`` is its value at the last pass (it holds until short recovers)."""
     if state.short_ema is None or state.long_ema is None:
         return False
-    return state.short_ema < state.long_ema * (1.0 - params.threshold_percent / 100.0)
+    threshold = params.threshold_percent / 100.0
+    return state.short_ema < state.long_ema * (1.0 - (threshold / 2 if active else threshold))
 
 
 def _ema(previous: float, value: float, dt: float, half_life: float) -> float:

@@ -85,8 +85,13 @@ class PolicyParams:
     training: TrainingParams = field(default_factory=TrainingParams)
     canary: CanaryParams = field(default_factory=CanaryParams)
     profile: CostProfile = DEFAULT_PROFILE
+    # Prometheus' rate window (operator config prometheusWindowSeconds): for this long after a
+    # promotion the fleet's numbers still mix in the previous draft.
+    observation_window_s: float = 60.0
 
     def __post_init__(self) -> None:
+        if self.observation_window_s < 0:
+            raise ValueError("observation window must be >= 0 seconds")
         if self.num_speculative_tokens < 1:
             raise ValueError("numSpeculativeTokens must be >= 1")
         if self.max_batch_size < 1:
@@ -130,9 +135,11 @@ def decide(
     if params.paused:
         return [], replace(state, speculation_reason="Paused", lifecycle_reason="Paused")
     observed_a = _observed_acceptance(observation, state, params)
+    if state.drift.hold_until is not None and now < state.drift.hold_until:
+        observed_a = None  # just promoted: the rate window still holds the previous draft's numbers
     drift = update_drift(state.drift, observed_a, observation.acceptance_samples, now, params.drift)
     estimate = observed_a if observed_a is not None else state.acceptance_estimate
-    shift = shift_detected(drift, params.drift)
+    shift = shift_detected(drift, params.drift, active=state.shift_active)
     lifecycle_input = _lifecycle_input(observation, estimate, params, shift, shift and not state.shift_active)
     step = step_lifecycle(state.lifecycle, lifecycle_input, _lc(params), now)
     actions: list[act.Action] = list(step.actions)
@@ -151,7 +158,7 @@ def decide(
     new_state = replace(
         state,
         drift=drift,
-        shift_active=shift_detected(drift, params.drift),
+        shift_active=shift_detected(drift, params.drift, active=state.shift_active),
         lifecycle=step.state,
         speculation=speculation.state,
         acceptance_estimate=estimate,
@@ -269,11 +276,14 @@ def _restart_drift(estimate: float | None, now: float, params: PolicyParams) -> 
     """A new draft has a new acceptance: both EMAs start at its live (canary) value.
 
     Starting from the canary's number rather than warming up again means a workload shift that
-    lands right after a promotion is still seen as a drop.
+    lands right after a promotion is still seen as a drop. For one observation window the fleet's
+    numbers are ignored: they still average in the previous draft, and read as a drop (a false
+    shift that cancelled the next training run in the policy bench).
     """
     if estimate is None:
         return DriftState()
-    return DriftState(short_ema=estimate, long_ema=estimate, updated_at=now, warmup_samples=params.drift.min_samples)
+    return DriftState(short_ema=estimate, long_ema=estimate, updated_at=now, warmup_samples=params.drift.min_samples,
+                      hold_until=now + params.observation_window_s)
 
 
 def _canary_tokens(observation: Observation, state: PolicyState, params: PolicyParams) -> int:

@@ -19,7 +19,7 @@ from tide_operator.control.speculation import DecisionParams, SpeculationMode
 
 
 def policy_params(spec: TideDeploymentSpec, profile_points: Iterable[tuple[int, int, int]] | None = None,
-                  max_batch_size: int = 256) -> PolicyParams:
+                  max_batch_size: int = 256, observation_window_s: float = 60.0) -> PolicyParams:
     control = spec.control
     points = profile_points
     if points is None and control.cost_profile is not None and control.cost_profile.points:
@@ -57,6 +57,7 @@ def policy_params(spec: TideDeploymentSpec, profile_points: Iterable[tuple[int, 
             min_promotion_interval_s=duration_seconds(control.canary.min_promotion_interval),
             measurement_interval_s=measurement_interval(duration_seconds(control.canary.analysis_window))),
         profile=CostProfile.from_spec_points(points) if points else DEFAULT_PROFILE,
+        observation_window_s=observation_window_s,
     )
 
 

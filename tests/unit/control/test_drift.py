@@ -72,6 +72,28 @@ def test_a_gap_in_data_does_not_erase_the_long_memory() -> None:
     assert shift_detected(state, PARAMS)
 
 
+def test_a_raised_signal_holds_until_short_recovers_to_half_the_threshold() -> None:
+    # long = 0.70, threshold 5%: the signal rises below 0.665 and, once up, falls only above 0.6825.
+    at = {short: DriftState(short_ema=short, long_ema=0.70, updated_at=0) for short in (0.66, 0.67, 0.69)}
+    assert shift_detected(at[0.66], PARAMS)
+    assert not shift_detected(at[0.67], PARAMS)
+    assert shift_detected(at[0.67], PARAMS, active=True)  # inside the band: still up
+    assert not shift_detected(at[0.69], PARAMS, active=True)  # recovered past the band: re-armed
+
+
+def test_one_shift_gives_one_rising_edge_while_the_long_ema_slides_down() -> None:
+    """The e2e's case: after a drop the ratio short/long crawls back up past the threshold as the long
+    EMA follows; noise there used to raise the signal again and again, each edge restarting training."""
+    rng = random.Random(7)
+    state, active, edges = feed(DriftState(), [0.70] * 60, 0), False, 0
+    for tick in range(240):  # two hours on the new level, +-3% noise
+        state = update_drift(state, 0.50 * (1 + rng.gauss(0, 0.03)), 100, 60 * 30 + tick * 30.0, PARAMS)
+        now = shift_detected(state, PARAMS, active=active)
+        edges += now and not active
+        active = now
+    assert edges == 1
+
+
 def test_no_shift_before_warm_up() -> None:
     assert not shift_detected(update_drift(DriftState(), 0.1, 10, 0, PARAMS), PARAMS)
 

@@ -90,6 +90,33 @@ def test_a_better_candidate_is_canaried_promoted_and_speculation_resumes() -> No
     assert state.acceptance_estimate > 0.5
 
 
+def promoted_state(params: PolicyParams) -> tuple[PolicyState, float]:
+    """A shift, training, a canary at E[l] 2.3 and a promotion; returns the state and the pass after it."""
+    stale = [observe(0.15, 16, buffer_samples=100 * i) for i in range(40)]
+    _, state = drive([observe(0.72, 16) for _ in range(60)] + stale, params=params)
+    assert state.lifecycle.active_run is not None
+    report = TrainingObservation(state.lifecycle.active_run, TrainingStatus.SUCCEEDED, 2.3, 1.4)
+    done = observe(None, 16, training=report, canary=PodGroupMetrics(2.3, 100.0), control=PodGroupMetrics(None, 90.0))
+    log, state = drive([done] * 20, state, params=params, start=100 * 30.0)
+    promoted_at = next(t for t, a in log if isinstance(a, act.Promote))
+    return state, promoted_at
+
+
+@pytest.mark.parametrize(("window_s", "false_shift"), [(120.0, False), (0.0, True)])
+def test_after_a_promotion_the_fleet_numbers_of_one_rate_window_are_not_a_shift(window_s: float,
+                                                                                false_shift: bool) -> None:
+    """Right after a promotion Prometheus' rate window still averages in the old draft: read as the new
+    draft's acceptance it is a drop, and cancelled the next training run in the policy bench."""
+    params = PolicyParams(target_revision="rev-1", observation_window_s=window_s)
+    state, promoted_at = promoted_state(params)
+    assert state.drift.short_ema is not None
+    assert state.drift.short_ema > 0.5  # seeded from the canary's live acceptance
+    # The stale pass after the promotion, then two within the window: the old draft's 0.15 still shows.
+    _, state = drive([observe(0.15, 16)] * 3, state, params=params, start=promoted_at + 30.0)
+    assert state.shift_active is false_shift
+    assert (state.drift.short_ema is not None and state.drift.short_ema > 0.5) is not false_shift
+
+
 def test_prometheus_down_holds_every_decision() -> None:
     _, state = drive([observe(0.72, 16) for _ in range(20)])
     log, after = drive([Observation(promoted_version="v1") for _ in range(20)], state, start=20 * 30.0)
