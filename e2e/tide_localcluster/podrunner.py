@@ -44,6 +44,7 @@ class Container:
     record: ProcessRecord | None = None
     started_mono: float = 0.0
     backoff_until: float = 0.0
+    startup: probes.ProbeState = field(default_factory=probes.ProbeState)
     readiness: probes.ProbeState = field(default_factory=probes.ProbeState)
     liveness: probes.ProbeState = field(default_factory=probes.ProbeState)
 
@@ -191,7 +192,7 @@ class PodRunner(threading.Thread):
         self.kubelet.record_process(c.record)
         c.started_mono = time.monotonic()
         c.view.pid, c.view.running_since, c.view.waiting, c.view.terminated = c.process.pid, utcnow(), None, None
-        c.readiness, c.liveness = probes.ProbeState(), probes.ProbeState()
+        c.startup, c.readiness, c.liveness = probes.ProbeState(), probes.ProbeState(), probes.ProbeState()
 
     def _backoff(self, c: Container) -> float:
         return min(MAX_BACKOFF_S, 2.0 ** c.view.restart_count)
@@ -222,6 +223,16 @@ class PodRunner(threading.Thread):
         if c.process is None or c.view.running_since is None:
             return
         spec = c.spec
+        if "startupProbe" in spec and not c.startup.passing:
+            # As in Kubernetes: readiness and liveness wait until the startup probe passes once, and a
+            # startup probe that fails failureThreshold times in a row restarts the container.
+            c.startup = probes.step(spec["startupProbe"], c.startup, now, c.started_mono, self.ip, spec, c.env)
+            c.view.ready = False
+            if c.startup.failures >= int(spec["startupProbe"].get("failureThreshold", 3)):
+                log.info("%s: startup probe failed, restarting %s", self.name, spec["name"])
+                self._kill(c, float(self.pod["spec"].get("terminationGracePeriodSeconds", 30)))
+            if not c.startup.passing:
+                return
         if "readinessProbe" in spec:
             c.readiness = probes.step(spec["readinessProbe"], c.readiness, now, c.started_mono, self.ip, spec, c.env)
             c.view.ready = c.readiness.passing

@@ -103,10 +103,12 @@ def serving(draft: StatusDraft, observed: ServingObservation) -> None:
         message = f"{observed.ready_replicas}/{observed.replicas} vLLM replicas ready"
     draft.condition(ConditionType.READY, ready, reason, message)
     pool = draft.status.inference_pool or InferencePoolStatus()
-    # The control loop runs only in Serving, i.e. with every replica Ready: runtime settings (capture,
-    # speculation) go to the pods that answer, and a pod still starting would miss them.
+    # Ready means every replica; the deployment serves, and the control loop runs, once any pod does:
+    # a replica Pending for want of a GPU or restarting must not freeze speculation and training for
+    # the others. A pod that starts later gets the runtime settings it missed (pod_convergence.py).
+    serving_any = ready or observed.ready_replicas > 0
     draft.update(
-        phase=Phase.SERVING if ready else Phase.PENDING, observed_generation=draft.generation,
+        phase=Phase.SERVING if serving_any else Phase.PENDING, observed_generation=draft.generation,
         inference_pool=pool.model_copy(update={"replicas": observed.replicas,
                                                "replicas_ready": observed.ready_replicas}),
         replicas=observed.ready_replicas, selector=observed.selector,

@@ -4,6 +4,7 @@ Checks, against the real kube-apiserver, controller-manager and scheduler:
 - a Deployment's pods run as processes, get their own loopback IP and become Ready via httpGet;
 - env from ConfigMaps, Secrets and the downward API reaches the process, with $(VAR) expansion;
 - a Job's pod exits 0 and the Job completes; a failing Job fails;
+- a startup probe holds liveness off while a server loads; liveness restarts one that answers 503;
 - a pod selecting the H100 class lands only on H100 nodes; one asking for too many GPUs stays
   Pending with the scheduler's reason;
 - deleting a Deployment stops its processes; nodes stay Ready past the lifecycle grace period.
@@ -123,6 +124,47 @@ def test_job_completes_and_a_failing_job_fails(kube, namespace):
     assert bad.status.container_statuses[0].state.terminated.exit_code == 3
     ok = batch.read_namespaced_job("ok", namespace)
     assert any(c.type == "Complete" and c.status == "True" for c in ok.status.conditions)
+
+
+# A stand-in for vLLM's /health: slow to load (3 s before it listens), then 200 until the file named by
+# DEAD appears (an engine that died: vLLM's server lives on and answers 503). A fresh start clears it.
+ENGINE_LIKE = """
+import http.server, os, time
+dead = os.environ["DEAD"]
+if os.path.exists(dead):
+    os.remove(dead)
+time.sleep(3)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(503 if os.path.exists(dead) else 200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer((os.environ["POD_IP"], 8080), H).serve_forever()
+"""
+
+
+def test_startup_probe_covers_loading_and_liveness_restarts_a_dead_engine(kube, namespace, tmp_path):
+    apps, core = client.AppsV1Api(kube), client.CoreV1Api(kube)
+    dead = tmp_path / "engine-dead"
+    health = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 1, "timeoutSeconds": 1}
+    deployment = web_deployment("engine", replicas=1)
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    container.update(command=["python", "-c", ENGINE_LIKE], readinessProbe=health,
+                     startupProbe={**health, "failureThreshold": 30},
+                     # Alone, this would kill the server twice over while it loads.
+                     livenessProbe={**health, "failureThreshold": 2})
+    container["env"].append({"name": "DEAD", "value": str(dead)})
+    apps.create_namespaced_deployment(namespace, deployment)
+    pod = wait_for(lambda: ready_pods(core, namespace, "app=engine", 1), "the engine-like pod Ready")[0]
+    assert pod.status.container_statuses[0].restart_count == 0  # loading did not count against liveness
+
+    dead.touch()
+    wait_for(lambda: core.read_namespaced_pod(pod.metadata.name, namespace).status.container_statuses[0]
+             .restart_count == 1, "liveness to restart the container answering 503", timeout_s=60)
+    back = wait_for(lambda: ready_pods(core, namespace, "app=engine", 1), "the restarted pod Ready again")[0]
+    assert back.metadata.name == pod.metadata.name
+    assert back.status.container_statuses[0].restart_count == 1
 
 
 def test_gpu_class_selection_lands_on_h100_nodes_only(kube, namespace):

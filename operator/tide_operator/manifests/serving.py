@@ -138,6 +138,11 @@ def _container(
         "args": vllm_args(rendered, config),
         "env": _env(td_name, spec, rendered, config),
         "ports": [{"name": PORT_NAME, "containerPort": spec.inference.port, "protocol": "TCP"}],
+        # vLLM answers /health 503 once its engine process has died, but the server lives on: only a
+        # liveness probe restarts it. Loading weights can take many minutes, so the startup probe
+        # holds liveness off until the first success (at most 30 min).
+        "startupProbe": {"httpGet": {"path": "/health", "port": PORT_NAME}, "periodSeconds": 10,
+                         "timeoutSeconds": 5, "failureThreshold": 180},
         "readinessProbe": {
             "httpGet": {"path": "/health", "port": PORT_NAME},
             "periodSeconds": 10,
@@ -145,6 +150,9 @@ def _container(
             "timeoutSeconds": 5,
             "failureThreshold": 3,
         },
+        # Slow answers under load are not death: a minute of failures in a row before a restart.
+        "livenessProbe": {"httpGet": {"path": "/health", "port": PORT_NAME}, "periodSeconds": 10,
+                          "timeoutSeconds": 10, "failureThreshold": 6},
         "resources": pod.gpu_resources(spec.inference, gpu_class, spec.inference.gpus_per_replica),
         "volumeMounts": [{"name": pod.SHM_VOLUME, "mountPath": pod.SHM_MOUNT_PATH}],
     }

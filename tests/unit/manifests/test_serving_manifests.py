@@ -157,7 +157,13 @@ def test_probe_port_and_shared_memory() -> None:
     deployment = _deployment(spec_with(inference={"port": 8080}))
     container = _container(deployment)
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
-    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    # A dead engine (503) is restarted, a loaded one (slow answers) is not, loading has its own budget.
+    startup, liveness = container["startupProbe"], container["livenessProbe"]
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
+    assert liveness["timeoutSeconds"] > container["readinessProbe"]["timeoutSeconds"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
     assert container["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
     volumes = deployment["spec"]["template"]["spec"]["volumes"]
     assert volumes == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}]

@@ -1,4 +1,4 @@
-"""Readiness in status: Serving (where the control loop runs) needs every replica Ready."""
+"""Readiness in status: Ready needs every replica; Serving (where the control loop runs) needs one."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tide_operator.serving_status import ServingObservation, StatusDraft, servin
 
 @pytest.mark.parametrize(("replicas", "ready", "phase", "ready_condition", "message"), [
     (2, 0, Phase.PENDING, "False", "0/2 vLLM replicas ready"),
-    (2, 1, Phase.PENDING, "False", "1/2 vLLM replicas ready"),  # a starting pod would miss runtime settings
+    (2, 1, Phase.SERVING, "False", "1/2 vLLM replicas ready"),  # one stuck pod must not stall the loop
     (2, 2, Phase.SERVING, "True", "2/2 ready"),
     (0, 0, Phase.SERVING, "True", "scaled to zero replicas"),
 ])
