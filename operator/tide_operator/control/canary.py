@@ -3,8 +3,9 @@
 Each measurement compares canary pods with control pods: acceptance length is primary (it does
 not depend on hardware noise), generation throughput per pod is secondary.
 successCondition: canary_length >= control_length * (1 + gain) and throughput loss <= max loss.
-failureCondition: canary_length < control_length (the candidate is worse than the served draft)
-or throughput loss > max loss. Neither (or missing data) makes a measurement Inconclusive.
+failureCondition: canary_length < control_length / (1 + gain) (clearly worse than the served draft)
+or throughput loss > max loss. Neither (or missing data) makes a measurement Inconclusive: the
+band is symmetric because one noisy minute used to fail a candidate 6% better (policy bench).
 More failed measurements than failureLimit fails the analysis at once. At the end of the window
 the analysis succeeds only if successes outnumber inconclusive measurements; otherwise it is
 Inconclusive, which like a failure keeps the old draft.
@@ -26,7 +27,7 @@ class CanaryParams:
     min_acceptance_length_gain_percent: float = 2.0
     max_throughput_loss_percent: float = 5.0
     failure_limit: int = 0
-    min_promotion_interval_s: float = 1800.0
+    min_promotion_interval_s: float = 600.0
     measurement_interval_s: float = 60.0  # Argo's `interval`: one measurement per minute of the window
 
     def __post_init__(self) -> None:
@@ -91,9 +92,9 @@ def measure(canary: PodGroupMetrics, control: PodGroupMetrics, params: CanaryPar
         return MeasurementResult.INCONCLUSIVE
     assert canary.acceptance_length is not None
     assert control.acceptance_length is not None
-    if canary.acceptance_length < control.acceptance_length or not _throughput_ok(canary, control, params):
-        return MeasurementResult.FAILED
     gain = 1 + params.min_acceptance_length_gain_percent / 100
+    if canary.acceptance_length < control.acceptance_length / gain or not _throughput_ok(canary, control, params):
+        return MeasurementResult.FAILED
     if canary.acceptance_length >= control.acceptance_length * gain:
         return MeasurementResult.SUCCESSFUL
     return MeasurementResult.INCONCLUSIVE

@@ -420,7 +420,10 @@ def test_capture_disabled_in_the_spec_stops_collection() -> None:
     [
         (PodGroupMetrics(2.1, 100.0), PodGroupMetrics(2.0, 100.0), MeasurementResult.SUCCESSFUL),
         (PodGroupMetrics(2.03, 100.0), PodGroupMetrics(2.0, 100.0), MeasurementResult.INCONCLUSIVE),
-        (PodGroupMetrics(1.99, 100.0), PodGroupMetrics(2.0, 100.0), MeasurementResult.FAILED),
+        # Within the band either side of the control: noise, not a verdict (a good candidate was failed by
+        # one noisy measurement in the policy bench). Below control / 1.02 it is worse: failed.
+        (PodGroupMetrics(1.99, 100.0), PodGroupMetrics(2.0, 100.0), MeasurementResult.INCONCLUSIVE),
+        (PodGroupMetrics(1.95, 100.0), PodGroupMetrics(2.0, 100.0), MeasurementResult.FAILED),
         (PodGroupMetrics(2.1, 94.0), PodGroupMetrics(2.0, 100.0), MeasurementResult.FAILED),  # 6% slower
         (PodGroupMetrics(2.1, 96.0), PodGroupMetrics(2.0, 100.0), MeasurementResult.SUCCESSFUL),
         (PodGroupMetrics(2.1, None), PodGroupMetrics(2.0, 100.0), MeasurementResult.SUCCESSFUL),

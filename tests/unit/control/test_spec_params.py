@@ -20,7 +20,7 @@ def test_defaults_map_to_the_documented_policy_defaults():
     assert params.capture.retention_s == 86400
     assert params.training.backoff_s == 600
     assert params.canary.analysis_window_s == 300
-    assert params.canary.min_promotion_interval_s == 1800
+    assert params.canary.min_promotion_interval_s == 600
     assert params.profile is DEFAULT_PROFILE
 
 
