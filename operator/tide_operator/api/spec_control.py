@@ -133,6 +133,8 @@ class CanarySpec(ApiModel):
     """Failure: canary generation throughput below control by more than this."""
     failure_limit: int = Field(default=0, ge=0, le=10)
     """Failed analyses tolerated before rolling back; inconclusive keeps the old draft."""
+    consecutive_success_limit: int = Field(default=3, ge=0, le=100)
+    """Successful measurements in a row that promote before the window ends (0: wait for the window)."""
     min_promotion_interval: Duration = "10m"
     """At most one promotion per interval: the canary already guards quality, this only limits churn."""
 

@@ -6,9 +6,11 @@ successCondition: canary_length >= control_length * (1 + gain) and throughput lo
 failureCondition: canary_length < control_length / (1 + gain) (clearly worse than the served draft)
 or throughput loss > max loss. Neither (or missing data) makes a measurement Inconclusive: the
 band is symmetric because one noisy minute used to fail a candidate 6% better (policy bench).
-More failed measurements than failureLimit fails the analysis at once. At the end of the window
-the analysis succeeds only if successes outnumber inconclusive measurements; otherwise it is
-Inconclusive, which like a failure keeps the old draft.
+More failed measurements than failureLimit fails the analysis at once. consecutiveSuccessLimit
+successful measurements in a row succeed it at once (Argo Rollouts 1.8's field of that name): a
+clearly better draft need not wait out the window. At the end of the window the analysis succeeds
+only if successes outnumber inconclusive measurements; otherwise it is Inconclusive, which like a
+failure keeps the old draft.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class CanaryParams:
     failure_limit: int = 0
     min_promotion_interval_s: float = 600.0
     measurement_interval_s: float = 60.0  # Argo's `interval`: one measurement per minute of the window
+    consecutive_success_limit: int = 3  # 0: always wait for the end of the window
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -39,6 +42,8 @@ class CanaryParams:
             raise ValueError("canary.failureLimit must be >= 0")
         if self.min_promotion_interval_s < 0:
             raise ValueError("canary.minPromotionInterval must be >= 0")
+        if self.consecutive_success_limit < 0:
+            raise ValueError("canary.consecutiveSuccessLimit must be >= 0")
         if self.measurement_interval_s <= 0:
             raise ValueError("canary.measurementInterval must be > 0")
 
@@ -75,6 +80,7 @@ class CanaryAnalysis:
     canary_length_sum: float = 0.0  # over measurements with data, to seed the promoted estimate
     with_length: int = 0
     measured_at: float | None = None
+    consecutive_successes: int = 0  # the current run of successful measurements
 
     def due(self, params: CanaryParams, now: float) -> bool:
         """A measurement is due one interval after the start or the previous measurement."""
@@ -110,15 +116,18 @@ def record(analysis: CanaryAnalysis, result: MeasurementResult, canary: PodGroup
             canary_length_sum=analysis.canary_length_sum + length,
         )
     if result is MeasurementResult.INCONCLUSIVE:
-        return replace(analysis, inconclusive=analysis.inconclusive + 1)
+        return replace(analysis, inconclusive=analysis.inconclusive + 1, consecutive_successes=0)
     if result is MeasurementResult.FAILED:
-        return replace(analysis, failed=analysis.failed + 1)
-    return replace(analysis, successful=analysis.successful + 1)
+        return replace(analysis, failed=analysis.failed + 1, consecutive_successes=0)
+    return replace(analysis, successful=analysis.successful + 1,
+                   consecutive_successes=analysis.consecutive_successes + 1)
 
 
 def analysis_phase(analysis: CanaryAnalysis, params: CanaryParams, now: float) -> AnalysisPhase:
     if analysis.failed > params.failure_limit:
         return AnalysisPhase.FAILED
+    if 0 < params.consecutive_success_limit <= analysis.consecutive_successes:
+        return AnalysisPhase.SUCCESSFUL
     if now - analysis.started_at < params.analysis_window_s:
         return AnalysisPhase.RUNNING
     if analysis.successful >= 1 and analysis.successful > analysis.inconclusive:

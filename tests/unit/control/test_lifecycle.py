@@ -307,11 +307,11 @@ def test_canary_outcomes(
     )
 
 
-def test_a_failed_measurement_rolls_back_at_once_and_success_waits_for_the_window() -> None:
+def test_a_failed_measurement_rolls_back_at_once_and_three_successes_promote_early() -> None:
     assert len(run_canary(1.9, 2.0)) == 2  # the first measurement is due at 60 s
     promoted = run_canary(2.2, 2.0)
-    assert len(promoted) == 10  # 300 s window / 30 s passes
-    assert promoted[-1].state.last_promotion_at == 300.0
+    assert len(promoted) == 6  # three measurements a minute apart, 30 s passes
+    assert promoted[-1].state.last_promotion_at == 180.0
     assert promoted[-1].state.promoted_acceptance_length == pytest.approx(2.2)
 
 
@@ -460,7 +460,25 @@ def test_analysis_verdicts(results: list[MeasurementResult], limit: int, now: fl
     analysis = CanaryAnalysis(started_at=0.0)
     for i, result in enumerate(results):
         analysis = record(analysis, result, PodGroupMetrics(2.0, None), now=60.0 * (i + 1))
-    assert analysis_phase(analysis, CanaryParams(failure_limit=limit), now) is phase
+    assert analysis_phase(analysis, CanaryParams(failure_limit=limit, consecutive_success_limit=0), now) is phase
+
+
+@pytest.mark.parametrize(
+    ("results", "phase"),
+    [
+        ([MeasurementResult.SUCCESSFUL] * 3, AnalysisPhase.SUCCESSFUL),  # before the window ends
+        ([MeasurementResult.SUCCESSFUL] * 2, AnalysisPhase.RUNNING),
+        ([MeasurementResult.SUCCESSFUL] * 2 + [MeasurementResult.INCONCLUSIVE, MeasurementResult.SUCCESSFUL],
+         AnalysisPhase.RUNNING),  # the run restarts after anything but a success
+        ([MeasurementResult.SUCCESSFUL] * 3 + [MeasurementResult.FAILED], AnalysisPhase.FAILED),
+    ],
+)
+def test_consecutive_successes_promote_before_the_window_ends(results: list[MeasurementResult],
+                                                             phase: AnalysisPhase) -> None:
+    analysis = CanaryAnalysis(started_at=0.0)
+    for i, result in enumerate(results):
+        analysis = record(analysis, result, PodGroupMetrics(2.0, None), now=30.0 * (i + 1))
+    assert analysis_phase(analysis, CanaryParams(consecutive_success_limit=3), 150.0) is phase
 
 
 @pytest.mark.parametrize(
@@ -470,6 +488,7 @@ def test_analysis_verdicts(results: list[MeasurementResult], limit: int, now: fl
         ({"analysis_window_s": 0}, "analysisWindow"),
         ({"failure_limit": -1}, "failureLimit"),
         ({"min_promotion_interval_s": -1}, "minPromotionInterval"),
+        ({"consecutive_success_limit": -1}, "consecutiveSuccessLimit"),
     ],
 )
 def test_bad_canary_params_name_the_field(kwargs: dict, field: str) -> None:

@@ -36,7 +36,8 @@ def test_every_knob_set_in_the_spec_arrives():
                     "retention": "1h"},
         "training": {"sampleThreshold": 800, "backoff": "5m", "maxFailures": 2},
         "canary": {"replicas": 1, "analysisWindow": "2m", "minAcceptanceLengthGainPercent": 3,
-                   "maxThroughputLossPercent": 6, "failureLimit": 1, "minPromotionInterval": "15m"},
+                   "maxThroughputLossPercent": 6, "failureLimit": 1, "minPromotionInterval": "15m",
+                   "consecutiveSuccessLimit": 0},
     }})
     params = policy_params(spec)
     assert (params.speculation, params.paused, params.draft_pin, params.abort_canary) == (
@@ -53,6 +54,6 @@ def test_every_knob_set_in_the_spec_arrives():
         800, 300, 2)
     assert (params.canary.analysis_window_s, params.canary.min_acceptance_length_gain_percent,
             params.canary.max_throughput_loss_percent, params.canary.failure_limit,
-            params.canary.min_promotion_interval_s) == (120, 3, 6, 1, 900)
+            params.canary.min_promotion_interval_s, params.canary.consecutive_success_limit) == (120, 3, 6, 1, 900, 0)
     assert params.profile is not DEFAULT_PROFILE
     assert params.profile.draft_cost(1) < params.profile.draft_cost(64)
