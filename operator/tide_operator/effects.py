@@ -70,7 +70,7 @@ class ClusterEffects:
                                                    launch_bands=bands)):
                 self.cluster.apply(self.adopt(child))
         except (ValueError, ApiException) as e:
-            raise EffectError(f"rolling the serving pods for speculation: {e}") from e
+            raise EffectError(f"rolling the serving pods for speculation: {e}", Reason.KUBERNETES_API_ERROR) from e
         how = "off (K=0 at every batch size)" if not action.enabled else (
             f"on with {len(bands)} batch-size band(s)" if bands else "on")
         return (f"the pods switch speculation only by a restart ({str(refused)[:300]}): rolling them with "
@@ -105,14 +105,16 @@ class ClusterEffects:
             job = build_trainer_job(self.name, self.namespace, self.spec, self.placement, run_id=action.run_id,
                                     operator_config=self.config, parent_draft=parent)
             self.cluster.create_if_absent(self.adopt(job))  # deterministic name: a restart adopts, never repeats
-        except (ValueError, ApiException) as e:
-            raise EffectError(f"trainer Job {action.run_id}: {e}") from e
+        except ValueError as e:  # the Job cannot be built from this spec: say so, do not blame the API
+            raise EffectError(f"trainer Job {action.run_id}: {e}", Reason.TRAINER_JOB_INVALID) from e
+        except ApiException as e:
+            raise EffectError(f"trainer Job {action.run_id}: {e}", Reason.KUBERNETES_API_ERROR) from e
 
     def cancel_training(self, action: act.CancelTraining) -> None:
         try:
             self.cluster.delete_job(self.namespace, names.trainer_job_name(self.name, action.run_id))
         except ApiException as e:
-            raise EffectError(f"cancel trainer Job {action.run_id}: {e.reason}") from e
+            raise EffectError(f"cancel trainer Job {action.run_id}: {e.reason}", Reason.KUBERNETES_API_ERROR) from e
 
     def start_canary(self, action: act.StartCanary) -> None:
         source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "candidates", action.candidate)

@@ -58,6 +58,8 @@ class Reason:
     PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
     STORAGE_UNREACHABLE = "StorageUnreachable"
     SERVING_PODS_UNREACHABLE = "ServingPodsUnreachable"  # a control route failed or did not answer
+    KUBERNETES_API_ERROR = "KubernetesApiError"  # creating, deleting or patching a child was refused
+    TRAINER_JOB_INVALID = "TrainerJobInvalid"  # the trainer Job cannot be built from the spec and config
     CHECKSUM_MISMATCH = "ChecksumMismatch"
     INCOMPATIBLE_DRAFT = "IncompatibleDraft"
     MANIFEST_INVALID = "ManifestInvalid"
