@@ -4,131 +4,39 @@ One pure step per reconcile pass: (state, inputs, params, now) -> (actions, new 
 Guards: one training run at a time; exponential backoff after a failed run and a give-up after
 maxFailures (until the next shift); a minimum interval between promotions; collection stops when
 a trained draft no longer beats the served one (TIDE Algorithm 1) and restarts at the next shift.
-The state is plain data, stored in status (control/restart.py), so a restarted operator resumes
-where it stopped.
+The state is plain data (control/lifecycle_types.py), stored in status (control/restart.py), so a
+restarted operator resumes where it stopped.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 
 from tide_operator.control import actions as act
 from tide_operator.control.canary import (
     AnalysisPhase,
     CanaryAnalysis,
-    CanaryParams,
     PodGroupMetrics,
     analysis_phase,
     measure,
     record,
 )
+from tide_operator.control.lifecycle_types import (
+    CaptureParams,
+    LifecycleInput,
+    LifecycleParams,
+    LifecycleState,
+    Phase,
+    Step,
+    TrainingObservation,
+    TrainingParams,
+    TrainingStatus,
+)
 
-
-class Phase(StrEnum):
-    SERVING = "Serving"
-    COLLECTING = "Collecting"
-    TRAINING = "Training"
-    EVALUATING = "Evaluating"
-    CANARY = "Canary"
-    PROMOTED = "Promoted"
-    ROLLED_BACK = "RolledBack"
-
-
-class TrainingStatus(StrEnum):
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    MISSING = "Missing"  # the Job is gone without an outcome: counts as a failure
-    NOT_BETTER = "NotBetter"  # trainer exit 7: trained and evaluated, no better than the served draft
-
-
-@dataclass(frozen=True)
-class CaptureParams:
-    """spec.control.capture; only `enabled` matters here, the rest bounds the S3 buffer."""
-
-    enabled: bool = True
-    sampling_percent: float = 100.0
-    max_buffer_samples: int = 4096
-    max_buffer_bytes: int = 2 * 1024**3
-    retention_s: float = 86400.0
-
-
-@dataclass(frozen=True)
-class TrainingParams:
-    """spec.control.training (backoff in seconds)."""
-
-    sample_threshold: int = 2048
-    backoff_s: float = 600.0
-    max_failures: int = 3  # consecutive failed runs before waiting for the next shift (0 acts as 1)
-
-    def __post_init__(self) -> None:
-        if self.sample_threshold < 1:
-            raise ValueError("training.sampleThreshold must be >= 1")
-        if self.max_failures < 0:
-            raise ValueError("training.maxFailures must be >= 0")
-
-
-@dataclass(frozen=True)
-class TrainingObservation:
-    """The trainer Job's outcome and, when it succeeded, its evaluation report."""
-
-    run_id: str
-    status: TrainingStatus
-    candidate_acceptance_length: float | None = None  # held-out eval of the new draft
-    served_acceptance_length: float | None = None  # the served draft on the same eval data (the trainer's baseline)
-
-
-@dataclass(frozen=True)
-class LifecycleInput:
-    shift: bool  # the drift detector signals a shift now
-    buffer_samples: int  # captured since the last training launch
-    served_acceptance_length: float | None  # of the promoted draft (1.0 when none; None = unknown)
-    target_revision: str
-    training: TrainingObservation | None = None
-    canary: PodGroupMetrics | None = None
-    control: PodGroupMetrics | None = None
-    draft_pin: str | None = None
-    abort_canary: bool = False
-    shift_started: bool = False  # the shift signal rose in this pass
-
-
-@dataclass(frozen=True)
-class LifecycleState:
-    phase: Phase = Phase.COLLECTING  # TIDE: collection starts enabled
-    phase_since: float | None = None
-    capture_enabled: bool = False
-    target_revision: str | None = None
-    run_counter: int = 0
-    active_run: str | None = None
-    candidate: str | None = None
-    candidate_acceptance_length: float | None = None
-    buffer_baseline: int = 0  # buffer_samples when collection (re)started: older samples are stale
-    rollbacks: int = 0  # consecutive canary rollbacks
-    training_failures: int = 0
-    last_failure_at: float | None = None
-    last_promotion_at: float | None = None
-    promoted_acceptance_length: float | None = None  # canary's live mean at the last promotion
-    canary: CanaryAnalysis | None = None
-    # How the last canary ended (CanarySuccessful, CanaryFailed, ChecksumMismatch, ...) and why:
-    # status keeps saying so until the next canary, long after the one-pass Promoted/RolledBack.
-    last_canary_reason: str | None = None
-    last_canary_message: str = ""
-
-
-@dataclass(frozen=True)
-class LifecycleParams:
-    capture: CaptureParams = field(default_factory=CaptureParams)
-    training: TrainingParams = field(default_factory=TrainingParams)
-    canary: CanaryParams = field(default_factory=CanaryParams)
-
-
-@dataclass(frozen=True)
-class Step:
-    actions: tuple[act.Action, ...]
-    state: LifecycleState
-    reason: str
-    message: str
+__all__ = [  # the types are re-exported: callers import the lifecycle from one place
+    "CaptureParams", "LifecycleInput", "LifecycleParams", "LifecycleState", "Phase", "Step",
+    "TrainingObservation", "TrainingParams", "TrainingStatus", "refuse_candidate", "run_id_for", "step_lifecycle",
+]
 
 
 # A rolled-back canary may have lost to noise: collect once more, then wait for the next shift.
