@@ -30,8 +30,24 @@ def test_bench_prints_every_policy_for_every_phase(bench, capsys: pytest.Capture
         assert policy in out
     rows = [line.split() for line in out.splitlines()]
     overall = [r for r in rows if r[1:2] == ["OVERALL"]]
-    assert len(overall) == 3
+    assert [r[0] for r in overall] == ["steady", "load_ramp", "domain_shifts", "ALL"]
     assert all(len(r) == 2 + len(bench.POLICIES) for r in overall)
+
+
+def test_targets_are_read_as_the_issue_words_them(bench) -> None:
+    """Every phase against the better of no-spec and static; TIDE-adaptive and the oracle on the ALL row;
+    a scenario's own OVERALL below TIDE-adaptive is reported, as stricter information."""
+    def row(scenario: str, phase: str, **values: float) -> list:
+        base = {"no-spec": 1.0, "static": 1.2, "tide-default": 1.1, "tide-adaptive": 1.3, "ours": 1.32,
+                "oracle": 1.35, "ours-mpi30m": 1.3}
+        return [scenario, phase, *({**base, **values}[p] for p in bench.POLICIES)]
+
+    rows = [row("a", "p1"), row("a", "OVERALL", ours=1.29), row("b", "p1", ours=1.1), row("b", "OVERALL")]
+    rows.append(bench.all_scenarios(rows))
+    missed, stricter = bench.check_targets(rows)
+    assert missed == ["b/p1: ours 1.100 < 0.98 x best(no-spec, static) 1.200"]
+    assert stricter == ["a: ours 1.290 does not beat TIDE-adaptive 1.300"]
+    assert rows[-1][2 + bench.POLICIES.index("ours")] == pytest.approx(1.305)
 
 
 def test_no_speculation_is_the_unit_and_the_oracle_is_an_upper_bound(bench) -> None:
