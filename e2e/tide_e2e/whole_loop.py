@@ -30,6 +30,7 @@ from kubernetes.client.rest import ApiException
 
 from tide_contracts.registry import DraftRegistry, HistoryEntry, Manifest, PromotedPointer
 from tide_contracts.serving_control import ServingControlClient, ServingControlError
+from tide_e2e.diagnostics import pod_line, telling_lines
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 from tide_e2e.traffic import Traffic, TrafficSettings, wait_requests
 from tide_operator.api import GROUP, PLURAL, VERSION
@@ -276,12 +277,12 @@ class WholeLoop:
             self.say(f"status unavailable: {err}")
         for log in sorted((Path(self.plane.state_dir) / "pods" / self.s.namespace).glob("*/*.log")):
             self.say(f"---- {log.parent.name}/{log.name} (last lines that are not access logs)\n"
-                     + "\n".join(_telling_lines(log, 30)))
+                     + "\n".join(telling_lines(log, 30)))
         plane_logs = Path(self.plane.state_dir) / "logs"
         self.say("---- operator.log (warnings and errors)\n" + "\n".join(
-            _telling_lines(plane_logs / "operator.log", 30, keep=("WARNING", "ERROR", "Traceback", "Error"))))
+            telling_lines(plane_logs / "operator.log", 30, keep=("WARNING", "ERROR", "Traceback", "Error"))))
         self.say("---- node-agent.log (this namespace)\n" + "\n".join(
-            _telling_lines(plane_logs / "node-agent.log", 30, keep=(self.s.namespace,))))
+            telling_lines(plane_logs / "node-agent.log", 30, keep=(self.s.namespace,))))
         story = self.story()
         self.say(story)
         if self.report is not None:
@@ -294,7 +295,7 @@ class WholeLoop:
                  f"shift at {r.shift_at or 0:.0f}s, detected at {[round(t) for t in r.shift_detected_at]}"]
         lines += [f"  {t.at_s:6.0f}s {t.phase:10s} {t.reason}: {t.message[:110]}" for t in r.transitions[-10:]]
         try:
-            lines += [f"  pod {_pod_line(p)}" for p in self.core.list_namespaced_pod(self.s.namespace).items]
+            lines += [f"  pod {pod_line(p)}" for p in self.core.list_namespaced_pod(self.s.namespace).items]
             for job in self.batch.list_namespaced_job(self.s.namespace).items:
                 st = job.status
                 ended = st.completion_time and st.start_time
@@ -392,36 +393,3 @@ def dumps(result: LoopResult) -> str:
     return json.dumps({"acceptance": result.acceptance, "phase_s": result.phase_s,
                        "requests_ok": result.requests_ok, "requests_failed": len(result.requests_failed)}, indent=2)
 
-
-_ACCESS_LOG = ("\"GET /metrics", "\"GET /health", "\"POST /v1/completions", "\"GET /tide/", "InsecureRequestWarning",
-               "warnings.warn(")
-
-
-def _telling_lines(log: Path, n: int, keep: tuple[str, ...] = ()) -> list[str]:
-    """The last n lines of a log that say something: access lines dropped, or only lines with a keep word."""
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError as err:
-        return [f"(unreadable: {err})"]
-    if keep:
-        lines = [line for line in lines if any(k in line for k in keep)]
-    else:
-        lines = [line for line in lines if not any(a in line for a in _ACCESS_LOG)]
-    return [line[:300] for line in lines[-n:]]
-
-
-def _pod_line(pod: Any) -> str:
-    """One pod's state as kubectl describe would sum it up: phase, readiness, restarts, why it last stopped."""
-    st = pod.status
-    ready = next((c.status for c in st.conditions or [] if c.type == "Ready"), "?")
-    parts = [f"{pod.metadata.name}: {st.phase} ready={ready}"]
-    if pod.metadata.deletion_timestamp:
-        parts.append("terminating")
-    for c in st.container_statuses or []:
-        parts.append(f"{c.name} restarts={c.restart_count}")
-        if c.state and c.state.waiting:
-            parts.append(f"waiting {c.state.waiting.reason}: {(c.state.waiting.message or '')[:80]}")
-        last = c.last_state.terminated if c.last_state else None
-        if last:
-            parts.append(f"last exit {last.exit_code} ({last.reason}) at {last.finished_at}")
-    return " ".join(parts)
