@@ -31,11 +31,17 @@ def scenario(domain: str, acceptance: dict[str, dict[str, float]]) -> dict[str, 
             "timeline": [{"at_s": 0, "domain": domain, "background_running": 4}]}
 
 
-def operator_config(scenario_file: Path, work: Path) -> dict[str, Any]:
-    """Short intervals and windows; the simulator as the serving command; one trainer work dir per run."""
+def sim_operator_config(scenario_file: Path, **serving: Any) -> dict[str, Any]:
+    """Short intervals and windows; the simulator as the serving command (more serving settings may follow)."""
     return {"resyncIntervalSeconds": 2, "prometheusWindowSeconds": 8, "prometheusIntervalSeconds": 2,
-            "serving": {"command": [sys.executable, "-m", "tide_vllm_sim", "--sim-scenario", str(scenario_file)]},
-            # Pods here are processes without volumes: one work dir per run, or a run resumes another's checkpoint.
+            "serving": {"command": [sys.executable, "-m", "tide_vllm_sim", "--sim-scenario", str(scenario_file)],
+                        **serving}}
+
+
+def operator_config(scenario_file: Path, work: Path) -> dict[str, Any]:
+    """The simulator's config plus one trainer work dir per run."""
+    # Pods here are processes without volumes: one work dir per run, or a run resumes another's checkpoint.
+    return {**sim_operator_config(scenario_file),
             "trainer": {"workDir": f"{work}/{{namespace}}/{{name}}/{{run_id}}", "extraArgs": TRAINER_ARGS}}
 
 

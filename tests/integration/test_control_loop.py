@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import sys
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import yaml
 from kubernetes import client
 
 from tests.integration.kubewait import wait_for
+from tests.integration.promotion_flow import sim_operator_config
 from tide_contracts.serving_control import ServingControlClient
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 from tide_operator.api import GROUP, PLURAL, VERSION
@@ -46,9 +46,7 @@ def scenario_file(tmp_path_factory) -> Path:
 def operator(plane, kube, scenario_file):
     install_crd(kube)
     grant_operator_rbac(kube)
-    config = {"resyncIntervalSeconds": 2, "prometheusWindowSeconds": 8, "prometheusIntervalSeconds": 2,
-              "serving": {"command": [sys.executable, "-m", "tide_vllm_sim", "--sim-scenario", str(scenario_file)]}}
-    process = OperatorProcess(plane, config).start()
+    process = OperatorProcess(plane, sim_operator_config(scenario_file)).start()
     yield process
     process.stop()
 

@@ -9,7 +9,6 @@ no second roll while the decision stands.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import yaml
 from kubernetes import client
 
 from tests.integration.kubewait import wait_for
+from tests.integration.promotion_flow import sim_operator_config
 from tests.integration.test_control_loop import condition, create, scenario, spec, status
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 from tide_operator.manifests.serving import LAUNCH_BANDS_ANNOTATION, OFF_BANDS
@@ -38,10 +38,7 @@ def high_load(tmp_path_factory) -> Path:
 def operator(plane, kube, high_load):
     install_crd(kube)
     grant_operator_rbac(kube)
-    config = {"resyncIntervalSeconds": 2, "prometheusWindowSeconds": 8, "prometheusIntervalSeconds": 2,
-              "serving": {"command": [sys.executable, "-m", "tide_vllm_sim", "--sim-scenario", str(high_load)],
-                          "schedulerCls": None}}
-    process = OperatorProcess(plane, config).start()
+    process = OperatorProcess(plane, sim_operator_config(high_load, schedulerCls=None)).start()
     yield process
     process.stop()
 
