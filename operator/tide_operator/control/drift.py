@@ -7,7 +7,7 @@ not depend on how often Prometheus is polled. A shift is short < long * (1 - thr
 The signal has hysteresis: once up it stays up until short recovers to long * (1 - threshold / 2).
 After a real shift the long EMA slides down to the new level, so the ratio passes the threshold
 slowly; without the band, noise on the short EMA crossed it again and again, and every rising
-edge restarted training on the same shift (seen in the e2e: three runs cancelled in a row).
+edge restarted training on the same shift (seen in the e2e: five runs cancelled in a row).
 """
 
 from __future__ import annotations
