@@ -35,6 +35,8 @@ class ServingConfig(_ConfigModel):
     """VLLM_PLUGINS: loads the plugin's control routes (vLLM endpoint plugin)."""
     shm_size: str = "16Gi"
     """Size of /dev/shm (tensor parallel workers exchange tensors through it)."""
+    read_only_root_filesystem: bool = False
+    """vLLM, Triton and torch.compile write caches under HOME and /tmp: off unless the image moves them."""
 
 
 class TrainerConfig(_ConfigModel):
@@ -49,15 +51,36 @@ class TrainerConfig(_ConfigModel):
     ``{name}`` (the TideDeployment) and ``{run_id}`` are replaced, for runtimes where the path is
     shared between Jobs (the local plane runs pods as processes, without volumes): the trainer
     resumes from a checkpoint it finds in its work dir."""
+    read_only_root_filesystem: bool = True
+    """The trainer writes only its work dir and /tmp (torchrun's logs); both are emptyDirs then."""
     extra_args: tuple[str, ...] = ()
     """Appended to the trainer's flags (docs/contracts/trainer-cli.md), e.g. ``[--max-steps, "500",
     --batch-size, "16"]`` to size training runs; must not repeat a flag the operator sets (shards,
     target revision, registry, run id, speculative tokens, work dir, parent draft / target model)."""
 
 
+class PodPolicyConfig(_ConfigModel):
+    """What a TideDeployment may ask of the pods the operator runs for it (docs/security.md).
+
+    Allowlists, not denylists: a TideDeployment never grants more than its author could create.
+    """
+
+    allowed_image_prefixes: tuple[str, ...] | None = None
+    """Prefixes a spec's ``image`` must start with (one ending in ``/`` admits everything under it,
+    any other admits that repository with any tag or digest); default: the repositories of
+    serving.image and trainer.image."""
+    allowed_toleration_keys: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu")
+    """Taint keys pods may tolerate, besides the resource names of the GPU classes."""
+    allowed_priority_class_names: tuple[str, ...] = ()
+    """PriorityClasses a spec may name; none by default (a priority class can preempt other teams' pods)."""
+    operator_service_account: str | None = None
+    """The operator's own ServiceAccount name (the chart sets it): no pod of a TideDeployment runs as it."""
+
+
 class OperatorConfig(_ConfigModel):
     serving: ServingConfig = Field(default_factory=ServingConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    pod_policy: PodPolicyConfig = Field(default_factory=PodPolicyConfig)
     prometheus_url: str = "http://prometheus-operated.monitoring:9090"
     prometheus_window_seconds: float = Field(default=60.0, gt=0, le=3600)
     """Rate window of the acceptance and throughput queries; keep it >= 4 scrape intervals."""

@@ -19,6 +19,7 @@ from tide_operator.cluster import Applied, Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control.actions import Bands
 from tide_operator.control.placement import Placement, PoolRequest, choose_pools
+from tide_operator.control.pod_policy import pod_policy_violations
 from tide_operator.control_step import run_control
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.serving import (
@@ -50,6 +51,10 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
     except SpecError as e:
         invalid(draft, Reason.INVALID_SPEC, e.field, e.message)
         return _result(draft)
+    refused = pod_policy_violations(spec, config)
+    if refused:
+        invalid(draft, Reason.POD_POLICY_VIOLATION, *_summary(refused))
+        return _result(draft)
     secret = spec.storage.s3.credentials_secret
     if secret and not cluster.secret_exists(namespace, secret):
         invalid(draft, Reason.MISSING_CREDENTIALS, "spec.storage.s3.credentialsSecret",
@@ -76,6 +81,12 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
     if adapters is not None and draft.status.phase is Phase.SERVING:
         run_control(name, namespace, spec, placement, draft, cluster, config, adopt, adapters)
     return _result(draft, applied)
+
+
+def _summary(refused: list[tuple[str, str]]) -> tuple[str, str]:
+    """The first refused field with its reason, then the paths of the others."""
+    (field, message), others = refused[0], [path for path, _ in refused[1:]]
+    return field, message + (f"; also refused: {', '.join(others)}" if others else "")
 
 
 def observed_status(body: dict[str, Any]) -> TideDeploymentStatus:

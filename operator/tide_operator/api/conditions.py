@@ -27,6 +27,7 @@ class Reason:
 
     # Ready
     INVALID_SPEC = "InvalidSpec"
+    POD_POLICY_VIOLATION = "PodPolicyViolation"  # the spec asks for more than the operator's podPolicy allows
     MISSING_CREDENTIALS = "MissingCredentials"
     WAITING_FOR_REPLICAS = "WaitingForReplicas"
     REPLICAS_READY = "ReplicasReady"

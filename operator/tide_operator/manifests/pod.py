@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from tide_operator.api.spec_workload import PodScheduling, S3Storage
@@ -9,6 +10,13 @@ from tide_operator.catalog import GpuClass
 
 SHM_VOLUME = "dshm"
 SHM_MOUNT_PATH = "/dev/shm"  # noqa: S108 - a mount path for shared memory, not a temporary file
+# Writable /tmp under a read-only root filesystem (torchrun's logs, Python's tempfile).
+SCRATCH_VOLUME = "tmp"
+SCRATCH_MOUNT_PATH = "/tmp"  # noqa: S108 - a mount path, not a temporary file
+# The Kubernetes "restricted" Pod Security profile
+# (https://kubernetes.io/docs/concepts/security/pod-security-standards/#restricted).
+RESTRICTED_POD_SECURITY: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+POD_CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 
 
 def node_affinity(gpu_class: GpuClass) -> dict[str, Any]:
@@ -69,9 +77,37 @@ def shm_volume(size: str) -> dict[str, Any]:
     return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": size}}
 
 
+def scratch_volume() -> dict[str, Any]:
+    return {"name": SCRATCH_VOLUME, "emptyDir": {}}
+
+
+def container_security(read_only_root_filesystem: bool) -> dict[str, Any]:
+    """A container's part of the restricted profile, plus the (separate) read-only root setting."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+            "readOnlyRootFilesystem": read_only_root_filesystem}
+
+
+def restricted(template: dict[str, Any], read_only_root_filesystem: bool) -> dict[str, Any]:
+    """``template`` (modified) with the restricted security contexts on the pod and every container.
+
+    Applied after podTemplateOverride is merged, so an override can never loosen them (the pod
+    policy refuses such overrides too; this holds even where the check is bypassed).
+    """
+    spec = template["spec"]
+    spec["securityContext"] = copy.deepcopy(RESTRICTED_POD_SECURITY)
+    for kind in POD_CONTAINER_KINDS:
+        for container in spec.get(kind) or ():
+            container["securityContext"] = container_security(read_only_root_filesystem)
+    return template
+
+
 def scheduling_fields(scheduling: PodScheduling, gpu_class: GpuClass) -> dict[str, Any]:
-    """Affinity, tolerations, priority class and service account of a pod spec."""
-    fields: dict[str, Any] = {"affinity": node_affinity(gpu_class)}
+    """Affinity, tolerations, priority class and service account of a pod spec.
+
+    The service account token is not mounted: neither vLLM nor the trainer calls the Kubernetes API
+    (podTemplateOverride may set ``automountServiceAccountToken: true`` for pods that must).
+    """
+    fields: dict[str, Any] = {"affinity": node_affinity(gpu_class), "automountServiceAccountToken": False}
     if scheduling.tolerations:
         fields["tolerations"] = [toleration.to_wire() for toleration in scheduling.tolerations]
     if scheduling.priority_class_name:

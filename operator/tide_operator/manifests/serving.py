@@ -154,8 +154,15 @@ def _container(
         "livenessProbe": {"httpGet": {"path": "/health", "port": PORT_NAME}, "periodSeconds": 10,
                           "timeoutSeconds": 10, "failureThreshold": 6},
         "resources": pod.gpu_resources(spec.inference, gpu_class, spec.inference.gpus_per_replica),
-        "volumeMounts": [{"name": pod.SHM_VOLUME, "mountPath": pod.SHM_MOUNT_PATH}],
+        "volumeMounts": _volume_mounts(config),
     }
+
+
+def _volume_mounts(config: OperatorConfig) -> list[dict[str, Any]]:
+    mounts = [{"name": pod.SHM_VOLUME, "mountPath": pod.SHM_MOUNT_PATH}]
+    if config.serving.read_only_root_filesystem:
+        mounts.append({"name": pod.SCRATCH_VOLUME, "mountPath": pod.SCRATCH_MOUNT_PATH})
+    return mounts
 
 
 def _inference_class(placement: Placement) -> Any:
@@ -183,11 +190,13 @@ def _pod_template(
         },
         "spec": {
             "containers": [_container(td_name, spec, placement, config, rendered)],
-            "volumes": [pod.shm_volume(config.serving.shm_size)],
+            "volumes": [pod.shm_volume(config.serving.shm_size)]
+            + ([pod.scratch_volume()] if config.serving.read_only_root_filesystem else []),
             **pod.scheduling_fields(spec.inference, gpu_class),
         },
     }
-    return merge_override(template, spec.inference.pod_template_override or {})
+    merged = merge_override(template, spec.inference.pod_template_override or {})
+    return pod.restricted(merged, config.serving.read_only_root_filesystem)
 
 
 def build_serving_deployment(

@@ -79,8 +79,14 @@ def _container(
         "volumeMounts": [
             {"name": pod.SHM_VOLUME, "mountPath": pod.SHM_MOUNT_PATH},
             {"name": WORK_VOLUME, "mountPath": work},
-        ],
+        ] + ([{"name": pod.SCRATCH_VOLUME, "mountPath": pod.SCRATCH_MOUNT_PATH}]
+             if config.trainer.read_only_root_filesystem else []),
     }
+
+
+def _volumes(config: OperatorConfig) -> list[dict[str, Any]]:
+    volumes = [pod.shm_volume(config.serving.shm_size), {"name": WORK_VOLUME, "emptyDir": {}}]
+    return volumes + ([pod.scratch_volume()] if config.trainer.read_only_root_filesystem else [])
 
 
 def build_trainer_job(
@@ -109,7 +115,7 @@ def build_trainer_job(
             "restartPolicy": "Never",
             "containers": [_container(spec, args, gpu_class, operator_config,
                                       work_dir(td_name, namespace, run_id, operator_config))],
-            "volumes": [pod.shm_volume(operator_config.serving.shm_size), {"name": WORK_VOLUME, "emptyDir": {}}],
+            "volumes": _volumes(operator_config),
             **pod.scheduling_fields(spec.training, gpu_class),
         },
     }
@@ -123,6 +129,7 @@ def build_trainer_job(
         },
         "spec": {
             "backoffLimit": 0,
-            "template": merge_override(template, spec.training.pod_template_override or {}),
+            "template": pod.restricted(merge_override(template, spec.training.pod_template_override or {}),
+                                       operator_config.trainer.read_only_root_filesystem),
         },
     }
