@@ -9,7 +9,7 @@ import yaml
 from chart_render import CHART_DIR, EVERYTHING_ON, NAMESPACE, kinds, notes, only, render
 
 from tide_operator.api.crd import crd, render_yaml
-from tide_operator.config import OperatorConfig, load_operator_config
+from tide_operator.config import OperatorConfig, PodPolicyConfig, load_operator_config
 from tide_operator.observability.dashboards import DASHBOARDS
 from tide_operator.rbac import operator_rules
 
@@ -62,7 +62,16 @@ def test_operator_config_is_mounted_and_named_by_the_environment(default: list[d
     path = Path(env["TIDE_OPERATOR_CONFIG"])
     assert path.parent == Path(mount["mountPath"])
     raw = yaml.safe_load(config_map["data"][path.name])
-    assert load_operator_config(raw) == OperatorConfig(), "chart defaults drifted from tide_operator.config"
+    # The one value the chart fills in: its own ServiceAccount, which TideDeployment pods may not use.
+    own_account = only(default, "ServiceAccount")["metadata"]["name"]
+    expected = OperatorConfig(pod_policy=PodPolicyConfig(operator_service_account=own_account))
+    assert load_operator_config(raw) == expected, "chart defaults drifted from tide_operator.config"
+
+
+def test_a_configured_operator_service_account_is_kept() -> None:
+    config_map = only(render({"config": {"podPolicy": {"operatorServiceAccount": "elsewhere"}}}), "ConfigMap")
+    raw = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert load_operator_config(raw).pod_policy.operator_service_account == "elsewhere"
 
 
 def test_cluster_role_renders_exactly_the_operator_rules(default: list[dict[str, Any]]) -> None:
