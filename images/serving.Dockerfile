@@ -40,3 +40,10 @@ RUN python3 -m pip install --no-cache-dir ".[${TIDE_EXTRAS}]" \
 ENV VLLM_PLUGINS=tide_control \
     TIDE_STATE_DIR=/tmp/tide-serving
 WORKDIR /
+# Non-root (the operator's pods set runAsNonRoot, which needs a numeric USER): HOME and the caches
+# vLLM, Triton and torch.compile write (~/.cache) belong to that user.
+RUN groupadd --gid 65532 nonroot \
+ && useradd --uid 65532 --gid 65532 --create-home --shell /sbin/nologin nonroot
+USER 65532:65532
+ENV HOME=/home/nonroot \
+    XDG_CACHE_HOME=/home/nonroot/.cache

@@ -3,6 +3,7 @@ overrides the pod policy admits; an override cannot loosen the security contexts
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -163,3 +164,21 @@ def test_each_remaining_rule_fails_its_pod(control: str, loosened: dict[str, Any
 
 def test_the_table_covers_the_published_controls() -> None:
     assert len({(rule.level, rule.control) for rule in RULES}) == len(RULES) == 19
+
+
+REPO = Path(__file__).resolve().parents[3]
+POD_IMAGES = [REPO / "images" / f"{name}.Dockerfile" for name in ("serving", "serving-cpu", "trainer")]
+POD_IMAGES.append(REPO / "e2e" / "kind" / "serving-tiny.Dockerfile")
+
+
+@pytest.mark.parametrize("dockerfile", POD_IMAGES, ids=lambda p: p.name)
+def test_pod_images_run_as_a_numeric_non_root_user(dockerfile: Path) -> None:
+    # runAsNonRoot makes the kubelet refuse an image whose user is root or a name it cannot check.
+    users = [line.split()[1] for line in dockerfile.read_text().splitlines() if line.startswith("USER ")]
+    assert users, "no USER: the image runs as root"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit(), users[-1]
+    assert int(uid) != 0
+    text = dockerfile.read_text()
+    if "FROM ${BASE_IMAGE}" not in text:  # images built FROM one of these inherit its HOME
+        assert "HOME=/home/nonroot" in text  # the user's own, writable: caches go there
