@@ -87,6 +87,12 @@ def test_apply_runs_vllm_on_h100_nodes_with_service_and_config(kube, namespace, 
     pods = core.list_namespaced_pod(namespace, label_selector=status["selector"]).items
     assert len(pods) == 2
     assert {p.spec.node_name for p in pods} <= {"h100-0", "h100-1"}
+    # Restricted Pod Security profile, as the API server stored it.
+    security = pods[0].spec.security_context
+    assert (security.run_as_non_root, security.seccomp_profile.type) == (True, "RuntimeDefault")
+    container_security = pods[0].spec.containers[0].security_context
+    assert (container_security.allow_privilege_escalation, container_security.capabilities.drop) == (False, ["ALL"])
+    assert pods[0].spec.automount_service_account_token is False
     args = pods[0].spec.containers[0].args
     assert args[args.index("--served-model-name") + 1] == "chat"
     assert '"method":"eagle3"' in args[args.index("--speculative-config") + 1]
@@ -109,6 +115,10 @@ def test_apply_runs_vllm_on_h100_nodes_with_service_and_config(kube, namespace, 
     ({"inference": {"extraArgs": ["--served-model-name", "x"]}}, "spec.inference.extraArgs"),
     ({"storage": {"s3": {"credentialsSecret": "absent"}}}, "spec.storage.s3.credentialsSecret"),
     ({"target": {"tensorParallelSize": 3}}, "spec.target.tensorParallelSize"),
+    # The pod policy (issue 12): escalations are refused the same way, before anything changes.
+    ({"inference": {"podTemplateOverride": {"spec": {"hostNetwork": True}}}},
+     "spec.inference.podTemplateOverride.spec.hostNetwork"),
+    ({"inference": {"image": "docker.io/someone/vllm:latest"}}, "spec.inference.image"),
 ])
 def test_invalid_spec_names_the_field_changes_no_child_and_recovers(kube, namespace, operator, patch, field):
     apply_td(kube, namespace)
