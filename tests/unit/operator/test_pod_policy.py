@@ -4,9 +4,11 @@ refused spec reaches phase Invalid with a Warning Event before anything in the c
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tide_operator.api import parse_spec
 from tide_operator.config import OperatorConfig, PodPolicyConfig, load_operator_config
@@ -152,6 +154,14 @@ def test_prefix_rules() -> None:
     assert image_allowed("corp.io/llm/a/b:1", ("corp.io/llm/",))
     assert not image_allowed("corp.io/llm-evil/a:1", ("corp.io/llm",))
     assert image_allowed("corp.io/llm:3", ("corp.io/llm",))
+
+
+def test_the_example_needs_only_its_priority_class_allowed() -> None:
+    document = yaml.safe_load((Path(__file__).resolve().parents[3] / "examples" / "tidedeployment.yaml").read_text())
+    spec = parse_spec(document["spec"])
+    assert [field for field, _ in pod_policy_violations(spec, CONFIG)] == [f"{INF}.priorityClassName"]
+    allowing = load_operator_config({"podPolicy": {"allowedPriorityClassNames": ["llm-serving"]}})
+    assert pod_policy_violations(spec, allowing) == []
 
 
 class UntouchedCluster:
