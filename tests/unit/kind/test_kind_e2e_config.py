@@ -24,6 +24,7 @@ from tide_localcluster.nodepools import load_pools
 from tide_operator.api import KIND, parse_spec
 from tide_operator.config import load_operator_config
 from tide_operator.control.placement import NodeInventory, PoolRequest, choose_pools
+from tide_operator.control.pod_policy import pod_policy_violations
 from tide_operator.manifests import labels
 from tide_operator.manifests.serving import build_serving_deployment
 from tide_operator.prometheus_adapter_queries import LabelNames
@@ -154,7 +155,9 @@ def test_tidedeployment_validates_and_points_at_the_infra_and_the_baked_model() 
     from tide_serving.testing.tiny_models import TARGET_REVISION
 
     body = tidedeployment()
-    spec = parse_spec(body["spec"], load_operator_config(kind_values()["config"]).catalog.names())
+    config = load_operator_config(kind_values()["config"])
+    spec = parse_spec(body["spec"], config.catalog.names())
+    assert pod_policy_violations(spec, config) == []  # its CPU env override is one the policy admits
     s3 = spec.storage.s3
     assert s3.endpoint is not None
     assert urlsplit(s3.endpoint).netloc == "{}:{}".format(*infra_service("s3"))
