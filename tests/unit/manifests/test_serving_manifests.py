@@ -8,6 +8,7 @@ from manifest_fixtures import env_map, placement, spec_with
 from tide_operator.api.extra_args import denied_flag
 from tide_operator.config import OperatorConfig, ServingConfig
 from tide_operator.control.placement import Placement, PoolChoice
+from tide_operator.control.pod_policy import pod_policy_violations
 from tide_operator.manifests.fingerprint import SPEC_HASH_ANNOTATION, stable_hash
 from tide_operator.manifests.serving import (
     LAUNCH_BANDS_ANNOTATION,
@@ -232,9 +233,8 @@ def test_pod_template_override_is_merged_last() -> None:
             "hostIPC": True,
         },
     }
-    deployment = _deployment(
-        spec_with(inference={"podTemplateOverride": override, "tolerations": [{"key": "a", "operator": "Exists"}]})
-    )
+    spec = spec_with(inference={"podTemplateOverride": override, "tolerations": [{"key": "a", "operator": "Exists"}]})
+    deployment = _deployment(spec)
     template = deployment["spec"]["template"]
     assert template["metadata"]["annotations"]["team"] == "llm"
     assert "prometheus.io/path" not in template["metadata"]["annotations"]
@@ -247,6 +247,12 @@ def test_pod_template_override_is_merged_last() -> None:
     assert "--model" in containers[0]["args"]
     assert template["spec"]["tolerations"] == [{"operator": "Exists"}]  # unnamed lists are replaced
     assert template["spec"]["hostIPC"] is True
+    # The builder merges mechanically; the pod policy is what refuses this spec before it is built,
+    # and the restricted security contexts are re-asserted on every container after the merge.
+    refused = {field for field, _ in pod_policy_violations(spec, CONFIG)}
+    assert {"spec.inference.podTemplateOverride.spec.hostIPC",
+            "spec.inference.podTemplateOverride.spec.containers[1]"} <= refused
+    assert containers[1]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
 def test_template_depends_only_on_spec_placement_and_config() -> None:
