@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from synthetic_shards import tiny_draft_config
 
 from tide_trainer.data import Batch
 from tide_trainer.model import Eagle3Draft, apply_rope, rope_tables
-from tide_trainer.objective import evaluate_acceptance, served_acceptance_length, ttt_loss
+from tide_trainer.objective import engine_rounds, evaluate_acceptance, served_acceptance_length, ttt_loss
 
 
 def _draft(**overrides: object) -> Eagle3Draft:
@@ -110,6 +111,7 @@ def test_acceptance_length_of_a_perfect_and_a_hopeless_draft() -> None:
     perfect = evaluate_acceptance(_Oracle(model, labels), [batch], k)
     assert perfect["acceptance_length"] == k + 1
     assert perfect["anchors"] == 3 * (10 - k)
+    assert perfect["rounds"] == 3 * 2  # anchors 0 and 4 of each row; anchor 8 has no 3 targets ahead
     assert perfect["accepted_prefix_rate_per_position"] == [1.0, 1.0, 1.0]
     hopeless = evaluate_acceptance(_Oracle(model, labels, wrong_from=0), [batch], k)
     assert hopeless["acceptance_length"] == 1.0
@@ -139,3 +141,29 @@ class _Oracle(Eagle3Draft):
 def test_served_acceptance_length_is_vllm_definition() -> None:
     assert served_acceptance_length([0.5, 0.7], 3) == 1 + 3 * 0.6
     assert served_acceptance_length([], 3) is None
+
+
+def _walk(accepted: list[int], ok: int | None = None, first: int = 0, budget: int | None = None) -> list[int]:
+    n = len(accepted)
+    anchor_ok = torch.tensor([[t < (ok if ok is not None else n) for t in range(n)]])
+    mask = torch.tensor([[t >= first for t in range(n)]])
+    rounds = engine_rounds(torch.tensor([accepted]), anchor_ok, mask, budget)
+    return rounds[0].nonzero().flatten().tolist()
+
+
+def test_the_engine_drafts_after_the_accepted_tokens_from_the_first_generated_row() -> None:
+    assert _walk([3, 0, 0, 0, 1, 0, 2, 0, 0, 1, 0]) == [0, 4, 6, 9]
+    assert _walk([3, 0, 0, 0, 1, 0, 2, 0, 0, 1, 0], first=2) == [2, 3, 4, 6, 9]  # prompt rows are never anchors
+    assert _walk([0] * 10, ok=4) == [0, 1, 2, 3]  # an anchor without K targets ahead ends the request
+    assert _walk([1] * 10, budget=5) == [0, 2]  # 1 token from the prefill + 2 + 2: max_tokens reached
+
+
+def test_hard_stretches_weigh_more_in_the_engine_than_in_the_all_anchor_mean() -> None:
+    """An easy stretch is crossed in few rounds and a hard one in many: tokens per round, as vLLM counts
+    it, is the walk's 1 + 9/15, not the all-anchor mean 1 + 36/24."""
+    accepted = [3] * 12 + [0] * 12
+    rounds = _walk(accepted)
+    assert rounds == [0, 4, 8, *range(12, 24)]
+    walked = 1 + sum(accepted[t] for t in rounds) / len(rounds)
+    assert walked == pytest.approx(1.6)
+    assert 1 + sum(accepted) / len(accepted) == pytest.approx(2.5)
