@@ -18,10 +18,13 @@ from tide_operator.api.status import Phase
 from tide_operator.cluster import Applied, Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control.actions import Bands
+from tide_operator.control.lifecycle import run_id_for
 from tide_operator.control.placement import Placement, PoolRequest, choose_pools
 from tide_operator.control.pod_policy import pod_policy_violations
+from tide_operator.control.policy import PolicyState
 from tide_operator.control_step import run_control
 from tide_operator.manifests import labels, names
+from tide_operator.manifests.ownership import ChildConflict, conflict, describe
 from tide_operator.manifests.serving import (
     CONTROL_AUTH_KEY,
     build_service,
@@ -30,7 +33,16 @@ from tide_operator.manifests.serving import (
     launch_bands_of,
 )
 from tide_operator.prometheus_adapter import PrometheusAdapters
-from tide_operator.serving_status import EventNote, ServingObservation, StatusDraft, invalid, scheduled, serving
+from tide_operator.serving_status import (
+    EventNote,
+    ServingObservation,
+    StatusDraft,
+    child_conflict,
+    children_owned,
+    invalid,
+    scheduled,
+    serving,
+)
 from tide_operator.serving_status import unscheduled as mark_unscheduled
 
 
@@ -67,12 +79,9 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
         return _result(draft)
     scheduled(draft, placement)
 
-    # The control token is made once and never rotated by a pass (pods read it at start).
-    cluster.create_if_absent(adopt(control_token_secret(name, namespace)))
-    # Pods that cannot switch speculation at runtime were rolled with the policy's table: keep it.
-    bands = launch_bands_of(cluster.deployment(namespace, names.serving_name(name)))
-    applied = tuple(cluster.apply(adopt(child))
-                    for child in _children(name, namespace, spec, placement, config, bands))
+    applied = _own_and_apply(meta, spec, placement, config, cluster, adopt, draft)
+    if applied is None:
+        return _result(draft)
     deployment = cluster.deployment(namespace, names.serving_name(name)) or {}
     observed = deployment.get("status") or {}
     serving(draft, ServingObservation(replicas=spec.inference.replicas,
@@ -81,6 +90,48 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
     if adapters is not None and draft.status.phase is Phase.SERVING:
         run_control(name, namespace, spec, placement, draft, cluster, config, adopt, adapters)
     return _result(draft, applied)
+
+
+def child_names(name: str, status: TideDeploymentStatus) -> list[tuple[str, str]]:
+    """(kind, name) of every child a reconcile pass writes, and of the next trainer Job.
+
+    The control pass creates that Job later (and checks it again); a namesake is found now, before
+    a training run depends on it.
+    """
+    stored = status.control_state
+    run_counter = PolicyState.from_dict(stored).lifecycle.run_counter if stored else 0
+    return [("Secret", names.control_token_secret_name(name)), ("ConfigMap", names.serving_config_name(name)),
+            ("Service", names.serving_name(name)), ("Deployment", names.serving_name(name)),
+            ("Job", names.trainer_job_name(name, run_id_for(run_counter + 1)))]
+
+
+def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Placement, config: OperatorConfig,
+                   cluster: Cluster, adopt: Any, draft: StatusDraft) -> tuple[Applied, ...] | None:
+    """Apply the children, or None with a ChildConflict when an object named like one is not ours."""
+    name, namespace = meta["name"], meta["namespace"]
+    live = {(kind, child): cluster.read(kind, namespace, child) for kind, child in child_names(name, draft.status)}
+    found = [c for (kind, _), obj in live.items() if (c := conflict(meta.get("uid", ""), kind, obj))]
+    if found:  # checked before any write: none of our own children changes while a name is taken
+        child_conflict(draft, describe(found))
+        return None
+    children_owned(draft)
+    try:
+        return _apply_children(name, namespace, spec, placement, config, cluster, adopt, live)
+    except ChildConflict as e:  # lost a race to someone else's object between the read and the write
+        child_conflict(draft, str(e))
+        return None
+
+
+def _apply_children(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement,
+                    config: OperatorConfig, cluster: Cluster, adopt: Any,
+                    live: dict[tuple[str, str], dict[str, Any] | None]) -> tuple[Applied, ...]:
+    # The control token is made once and never rotated by a pass (pods read it at start).
+    secret = adopt(control_token_secret(name, namespace))
+    cluster.create_owned(secret, live[("Secret", secret["metadata"]["name"])])
+    # Pods that cannot switch speculation at runtime were rolled with the policy's table: keep it.
+    bands = launch_bands_of(live[("Deployment", names.serving_name(name))])
+    return tuple(cluster.apply(child, live[(child["kind"], child["metadata"]["name"])])
+                 for child in map(adopt, _children(name, namespace, spec, placement, config, bands)))
 
 
 def _summary(refused: list[tuple[str, str]]) -> tuple[str, str]:

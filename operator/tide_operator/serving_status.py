@@ -71,6 +71,23 @@ def invalid(draft: StatusDraft, reason: str, field_path: str, message: str) -> N
     draft.update(phase=Phase.INVALID, observed_generation=draft.generation)
 
 
+# The message of a conflict found by the reconcile pass (the control pass words its own): a later
+# pass clears only this one, so a trainer Job conflict reported by the control pass never flaps.
+CHILDREN_CONFLICT_PREFIX = "children not owned by this TideDeployment: "
+
+
+def child_conflict(draft: StatusDraft, message: str) -> None:
+    """Objects named like children are someone else's: report, write nothing, use nothing."""
+    draft.condition(ConditionType.DEGRADED, True, Reason.CHILD_CONFLICT, CHILDREN_CONFLICT_PREFIX + message, warn=True)
+
+
+def children_owned(draft: StatusDraft) -> None:
+    """Clear a conflict this pass no longer finds (the foreign objects were removed)."""
+    old = _find(draft.status.conditions, ConditionType.DEGRADED)
+    if old is not None and old.reason == Reason.CHILD_CONFLICT and old.message.startswith(CHILDREN_CONFLICT_PREFIX):
+        draft.condition(ConditionType.DEGRADED, False, Reason.AS_EXPECTED, "every child is owned by this deployment")
+
+
 def unscheduled(draft: StatusDraft, placement: Placement) -> None:
     choice = placement.inference
     draft.condition(ConditionType.SCHEDULED, False, choice.reason, choice.message, warn=True)

@@ -61,6 +61,7 @@ class Reason:
     SERVING_PODS_UNREACHABLE = "ServingPodsUnreachable"  # a control route failed or did not answer
     KUBERNETES_API_ERROR = "KubernetesApiError"  # creating, deleting or patching a child was refused
     TRAINER_JOB_INVALID = "TrainerJobInvalid"  # the trainer Job cannot be built from the spec and config
+    CHILD_CONFLICT = "ChildConflict"  # an object named like a child lacks our owner UID: left untouched
     CHECKSUM_MISMATCH = "ChecksumMismatch"
     INCOMPATIBLE_DRAFT = "IncompatibleDraft"
     MANIFEST_INVALID = "ManifestInvalid"

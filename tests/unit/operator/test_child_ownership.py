@@ -1,0 +1,72 @@
+"""A reconcile pass never writes to, adopts or uses an object named like a child that it does not own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tide_operator.api import TideDeploymentStatus
+from tide_operator.config import OperatorConfig
+from tide_operator.control.lifecycle import LifecycleState
+from tide_operator.control.placement import NodeInventory
+from tide_operator.control.policy import PolicyState
+from tide_operator.reconcile import child_names, reconcile
+
+UID = "td-uid"
+BODY = {"metadata": {"name": "chat", "namespace": "team", "uid": UID, "generation": 2},
+        "spec": {"target": {"model": "m", "revision": "r1"}, "inference": {"replicas": 1, "gpusPerReplica": 1},
+                 "storage": {"s3": {"bucket": "tide"}}}}
+
+
+class ReadOnlyCluster:
+    """Children as given; any write fails the test."""
+
+    def __init__(self, live: dict[tuple[str, str], dict]) -> None:
+        self.live = live
+
+    def node_inventory(self, exclude_label: Any = None) -> list[NodeInventory]:
+        return [NodeInventory(f"h100-{i}", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, {"nvidia.com/gpu": 8})
+                for i in range(2)]
+
+    def read(self, kind: str, namespace: str, name: str) -> dict | None:
+        return self.live.get((kind, name))
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the pass called cluster.{name}")
+
+
+def owned_by(uid: str | None, name: str) -> dict:
+    refs = [{"kind": "TideDeployment", "name": "chat", "uid": uid}] if uid else []
+    return {"metadata": {"name": name, "ownerReferences": refs}}
+
+
+def test_foreign_children_are_named_in_degraded_with_a_warning_and_nothing_is_written() -> None:
+    taken = {("Service", "chat-vllm"): owned_by(None, "chat-vllm"),
+             ("Secret", "chat-control"): owned_by("someone-else", "chat-control"),
+             ("ConfigMap", "chat-serving"): owned_by(UID, "chat-serving")}  # ours: not a conflict
+    result = reconcile(BODY, ReadOnlyCluster(taken), OperatorConfig(), adopt=lambda c: c)  # type: ignore[arg-type]
+    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "ChildConflict")
+    assert "Secret chat-control exists owned by TideDeployment/chat" in degraded["message"]
+    assert "Service chat-vllm exists with no owner" in degraded["message"]
+    assert "ConfigMap" not in degraded["message"]
+    warnings = [e for e in result.events if e.type == "Warning"]
+    assert [e.reason for e in warnings] == ["ChildConflict"]
+    assert "Service chat-vllm" in warnings[0].message
+    assert result.applied == ()
+
+
+def test_the_names_checked_are_the_children_and_the_next_trainer_job() -> None:
+    fresh = TideDeploymentStatus()
+    assert child_names("chat", fresh) == [("Secret", "chat-control"), ("ConfigMap", "chat-serving"),
+                                          ("Service", "chat-vllm"), ("Deployment", "chat-vllm"),
+                                          ("Job", "chat-train-r1")]
+    after_two_runs = fresh.model_copy(update={"control_state": PolicyState(
+        lifecycle=LifecycleState(run_counter=2)).to_dict()})
+    assert child_names("chat", after_two_runs)[-1] == ("Job", "chat-train-r3")
+
+
+def test_a_namesake_of_the_next_trainer_job_is_a_conflict() -> None:
+    taken = {("Job", "chat-train-r1"): owned_by(None, "chat-train-r1")}
+    result = reconcile(BODY, ReadOnlyCluster(taken), OperatorConfig(), adopt=lambda c: c)  # type: ignore[arg-type]
+    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
+    assert "Job chat-train-r1 exists with no owner" in degraded["message"]
