@@ -1,7 +1,10 @@
 """The Kubernetes adapter: the only module here that reads or writes cluster objects.
 
-Children are applied create-if-absent, then patched only where the live object differs from
-what we build, so an unchanged TideDeployment costs zero writes per pass.
+Every write to a child goes through an ownership check first (manifests/ownership.py): an object
+named like a child without the TideDeployment's UID raises ChildConflict and is left untouched.
+Children are created with a plain create (a race with someone else's object is a 409, never a
+takeover), then Server-Side Applied under our field manager only when they differ from what we
+build (manifests/field_manager.py), so an unchanged TideDeployment costs zero writes per pass.
 """
 
 from __future__ import annotations
@@ -14,7 +17,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tide_operator.control.placement import NodeInventory
-from tide_operator.manifests.compare import differences
+from tide_operator.manifests.field_manager import (
+    FIELD_MANAGER,
+    apply_needed,
+    migrated_managed_fields,
+    with_applied_hash,
+)
+from tide_operator.manifests.ownership import ChildConflict, conflict, owner_uids
 
 log = logging.getLogger(__name__)
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
@@ -24,7 +33,7 @@ GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
 class Applied:
     kind: str
     name: str
-    action: str  # created | patched | unchanged
+    action: str  # created | patched | migrated | unchanged
     drift: tuple[str, ...] = ()
 
 
@@ -67,36 +76,70 @@ class Cluster:
         ]
 
     # --- writes ---
-    def create_if_absent(self, desired: dict[str, Any]) -> Applied:
+    def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read(kind, namespace, name)
+
+    def create_owned(self, desired: dict[str, Any], live: dict[str, Any] | None = None) -> Applied:
+        """Create once and never change (a Secret's token, a trainer Job): use it only if it is ours."""
         kind, meta = desired["kind"], desired["metadata"]
-        if self._read(kind, meta["namespace"], meta["name"]) is not None:
-            return Applied(kind, meta["name"], "unchanged")
+        live = live if live is not None else self._read(kind, meta["namespace"], meta["name"])
+        if live is None:
+            live = self._create_or_read(desired)
+            if live is None:
+                return Applied(kind, meta["name"], "created")
+        _check_owner(desired, live)
+        return Applied(kind, meta["name"], "unchanged")
+
+    def apply(self, desired: dict[str, Any], live: dict[str, Any] | None = None) -> Applied:
+        """Create, or Server-Side Apply where the live child differs; ``live`` saves a read."""
+        kind, meta = desired["kind"], desired["metadata"]
+        body = with_applied_hash(desired)
+        live = live if live is not None else self._read(kind, meta["namespace"], meta["name"])
+        if live is None:
+            live = self._create_or_read(body)
+            if live is None:
+                return Applied(kind, meta["name"], "created")
+        _check_owner(desired, live)
+        action = "unchanged"
+        migrated = migrated_managed_fields(live)
+        if migrated is not None:  # once per child made before SSA: the fields become ours to remove
+            live = self._migrate(kind, live, migrated)
+            action = "migrated"
+        drift = apply_needed(body, live)
+        if not drift:
+            return Applied(kind, meta["name"], action)
+        self._patch(kind, meta["namespace"], meta["name"], body, field_manager=FIELD_MANAGER, force=True,
+                    _content_type="application/apply-patch+yaml")
+        return Applied(kind, meta["name"], "patched", tuple(drift))
+
+    def _create_or_read(self, desired: dict[str, Any]) -> dict[str, Any] | None:
+        """None when we created it; the object that won the race otherwise (checked by the caller)."""
+        kind, meta = desired["kind"], desired["metadata"]
         try:
             self._create(kind, meta["namespace"], desired)
+            return None
         except ApiException as e:
             if e.status != 409:
                 raise
-            return Applied(kind, meta["name"], "unchanged")
-        return Applied(kind, meta["name"], "created")
-
-    def apply(self, desired: dict[str, Any]) -> Applied:
-        kind, meta = desired["kind"], desired["metadata"]
         live = self._read(kind, meta["namespace"], meta["name"])
-        if live is None:
-            try:
-                self._create(kind, meta["namespace"], desired)
-                return Applied(kind, meta["name"], "created")
-            except ApiException as e:
-                if e.status != 409:  # lost a race with another pass: compare with what won
-                    raise
-                live = self._read(kind, meta["namespace"], meta["name"])
-        drift = differences(desired, live)
-        if not drift:
-            return Applied(kind, meta["name"], "unchanged")
-        self._patch(kind, meta["namespace"], meta["name"], desired)
-        return Applied(kind, meta["name"], "patched", tuple(drift))
+        if live is None:  # created and deleted between the two calls: the next pass creates it
+            raise ApiException(status=409, reason=f"{kind} {meta['name']} changed during the pass")
+        return live
 
-    def delete_job(self, namespace: str, name: str) -> None:
+    def _migrate(self, kind: str, live: dict[str, Any], managed_fields: list[dict[str, Any]]) -> dict[str, Any]:
+        meta = live["metadata"]
+        patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+                 {"op": "replace", "path": "/metadata/managedFields", "value": managed_fields}]
+        return self._patch(kind, meta["namespace"], meta["name"], patch, _content_type="application/json-patch+json")
+
+    def delete_owned_job(self, namespace: str, name: str, owner_uid: str) -> None:
+        """Delete trainer Job ``name`` if it exists and is ours (ChildConflict if it is not)."""
+        live = self._read("Job", namespace, name)
+        if live is None:
+            return
+        found = conflict(owner_uid, "Job", live)
+        if found is not None:
+            raise ChildConflict([found])
         try:
             self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
         except ApiException as e:
@@ -135,15 +178,23 @@ class Cluster:
                    "ConfigMap": self.core.create_namespaced_config_map,
                    "Secret": self.core.create_namespaced_secret,
                    "Job": self.batch.create_namespaced_job}[kind]
-        creator(namespace, body)
+        creator(namespace, body, field_manager=FIELD_MANAGER)
 
-    def _patch(self, kind: str, namespace: str, name: str, body: dict[str, Any]) -> None:
+    def _patch(self, kind: str, namespace: str, name: str, body: Any, **how: Any) -> dict[str, Any]:
         patcher = {"Deployment": self.apps.patch_namespaced_deployment,
                    "Service": self.core.patch_namespaced_service,
                    "ConfigMap": self.core.patch_namespaced_config_map,
                    "Secret": self.core.patch_namespaced_secret,
                    "Job": self.batch.patch_namespaced_job}[kind]
-        patcher(name, namespace, body)  # strategic merge: lists of named items merge by name
+        return self.api.sanitize_for_serialization(patcher(name, namespace, body, **how))
+
+
+def _check_owner(desired: dict[str, Any], live: dict[str, Any]) -> None:
+    """The owner is the one ``adopt`` put on ``desired``; a live object without it is refused."""
+    uids = owner_uids(desired)
+    found = conflict(next(iter(uids)) if len(uids) == 1 else "", desired["kind"], live)
+    if found is not None:
+        raise ChildConflict([found])
 
 
 def _ready(node: client.V1Node) -> bool:

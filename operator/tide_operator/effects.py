@@ -25,6 +25,7 @@ from tide_operator.control.placement import Placement
 from tide_operator.control_loop import DraftRefused, EffectError
 from tide_operator.fleet import Fleet, RestartRequired
 from tide_operator.manifests import names
+from tide_operator.manifests.ownership import ChildConflict, owner_uids
 from tide_operator.manifests.pod import s3_uri
 from tide_operator.manifests.serving import (
     OFF_BANDS,
@@ -69,6 +70,8 @@ class ClusterEffects:
                           build_serving_deployment(self.name, self.namespace, self.spec, self.placement, self.config,
                                                    launch_bands=bands)):
                 self.cluster.apply(self.adopt(child))
+        except ChildConflict as e:
+            raise EffectError(f"rolling the serving pods for speculation: {e}", Reason.CHILD_CONFLICT) from e
         except (ValueError, ApiException) as e:
             raise EffectError(f"rolling the serving pods for speculation: {e}", Reason.KUBERNETES_API_ERROR) from e
         how = "off (K=0 at every batch size)" if not action.enabled else (
@@ -104,7 +107,11 @@ class ClusterEffects:
         try:
             job = build_trainer_job(self.name, self.namespace, self.spec, self.placement, run_id=action.run_id,
                                     operator_config=self.config, parent_draft=parent)
-            self.cluster.create_if_absent(self.adopt(job))  # deterministic name: a restart adopts, never repeats
+            # Deterministic name: after a restart our own Job is found, never repeated; one without
+            # our owner UID is never used (its status would pass for our run's).
+            self.cluster.create_owned(self.adopt(job))
+        except ChildConflict as e:
+            raise EffectError(f"trainer Job {action.run_id}: {e}", Reason.CHILD_CONFLICT) from e
         except ValueError as e:  # the Job cannot be built from this spec: say so, do not blame the API
             raise EffectError(f"trainer Job {action.run_id}: {e}", Reason.TRAINER_JOB_INVALID) from e
         except ApiException as e:
@@ -112,9 +119,16 @@ class ClusterEffects:
 
     def cancel_training(self, action: act.CancelTraining) -> None:
         try:
-            self.cluster.delete_job(self.namespace, names.trainer_job_name(self.name, action.run_id))
+            self.cluster.delete_owned_job(self.namespace, names.trainer_job_name(self.name, action.run_id),
+                                          self._owner_uid())
+        except ChildConflict as e:
+            raise EffectError(f"cancel trainer Job {action.run_id}: {e}", Reason.CHILD_CONFLICT) from e
         except ApiException as e:
             raise EffectError(f"cancel trainer Job {action.run_id}: {e.reason}", Reason.KUBERNETES_API_ERROR) from e
+
+    def _owner_uid(self) -> str:
+        """The UID ``adopt`` writes into the owner references of our children."""
+        return next(iter(owner_uids(self.adopt({"metadata": {}}))), "")
 
     def start_canary(self, action: act.StartCanary) -> None:
         source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "candidates", action.candidate)

@@ -15,13 +15,14 @@ from tide_operator.effects import ClusterEffects
 
 
 class RefusingCluster:
-    def delete_job(self, namespace: str, name: str) -> None:
+    def delete_owned_job(self, namespace: str, name: str, owner_uid: str) -> None:
         raise ApiException(status=403, reason="Forbidden")
 
 
 def effects(cluster: Any) -> ClusterEffects:
     spec = parse_spec({"target": {"model": "m", "revision": "r1"}, "storage": {"s3": {"bucket": "tide"}}})
-    return ClusterEffects("chat", "ns", spec, None, None, cluster, None, None, None)  # type: ignore[arg-type]
+    return ClusterEffects("chat", "ns", spec, None, None, cluster, None, None,  # type: ignore[arg-type]
+                          lambda child: child)
 
 
 def test_an_api_refusal_while_cancelling_training_is_a_kubernetes_api_error() -> None:
