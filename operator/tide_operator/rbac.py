@@ -1,35 +1,144 @@
-"""The least-privilege rules the operator needs (the chart's ClusterRole renders these)."""
+"""The operator's least-privilege RBAC: one source for the chart, the local plane and the tests.
+
+Every verb here is one the operator (or Kopf for it) calls; the integration test
+``test_rbac_namespaced.py`` derives the calls from the apiserver's audit log and holds these rules
+to exactly them, or to ``UNSEEN_IN_A_SERVING_RUN`` with the reason each is not in that run.
+The chart renders ``files/rbac/rules.yaml``, written by ``python -m tide_operator.rbac``.
+"""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import yaml
 
 from tide_operator.api import GROUP, PLURAL
 
-CHILD_VERBS = ["get", "list", "watch", "create", "patch", "delete"]
+RBAC_API = "rbac.authorization.k8s.io"
+Permission = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
+
+
+@dataclass(frozen=True)
+class Grant:
+    group: str
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    why: str
+
+    def rule(self) -> dict[str, Any]:
+        return {"apiGroups": [self.group], "resources": list(self.resources), "verbs": list(self.verbs)}
+
+
+# In each watched namespace: a Role there, or part of the ClusterRole when cluster-wide.
+NAMESPACED = (
+    Grant(GROUP, (PLURAL,), ("list", "watch", "patch"),
+          "Kopf watches TideDeployments and patches its progress annotations and finalizer onto them"),
+    Grant(GROUP, (f"{PLURAL}/status",), ("patch",), "the status, written once per pass"),
+    Grant(GROUP, (f"{PLURAL}/finalizers",), ("update",),
+          "no request uses it: where OwnerReferencesPermissionEnforcement is on (OpenShift), a child "
+          "with blockOwnerDeletion needs it on its owner"),
+    Grant("apps", ("deployments",), ("get", "create", "patch"),
+          "the vLLM Deployment: read, create if absent, patch its drift; garbage collection deletes it"),
+    Grant("", ("services", "configmaps"), ("get", "create", "patch"),
+          "the vLLM Service and ConfigMap, like the Deployment"),
+    Grant("", ("secrets",), ("get", "create"),
+          "the control-token Secret, created once; reading the S3 credentials Secret a spec names"),
+    Grant("batch", ("jobs",), ("get", "list", "create", "delete"),
+          "trainer Jobs: read before create or delete (owner UID), listed by the training sensor"),
+    Grant("", ("events",), ("create",), "Kopf posts core/v1 Events, one per decision"),
+)
+
+# Across the cluster in both modes: what placement reads, and Kopf's discovery of the CRD.
+CLUSTER = (
+    Grant("", ("nodes",), ("list",), "GPU nodes, their labels and allocatable GPUs (placement)"),
+    Grant("", ("pods",), ("list",),
+          "GPUs already requested on each node by pods of every namespace (placement); a deployment's own pods"),
+    Grant("apiextensions.k8s.io", ("customresourcedefinitions",), ("list", "watch"),
+          "Kopf notices the TideDeployment CRD installed or changed after the operator started"),
+)
+
+# Only when watching listed namespaces (cluster-wide Kopf does not look at namespaces).
+NAMESPACE_SCANNING = (
+    Grant("", ("namespaces",), ("list", "watch"),
+          "Kopf starts and stops watching a listed namespace as it is created or deleted"),
+)
+
+# Granted but not called in the namespaced serving run that the audit test records, and why.
+UNSEEN_IN_A_SERVING_RUN: dict[Permission, str] = {
+    (GROUP, f"{PLURAL}/finalizers", "update"): "an authorization check at admission, never a request",
+    ("batch", "jobs", "create"): "a trainer Job starts only once enough captures are buffered (test_promotion)",
+    ("batch", "jobs", "delete"): "a trainer Job the control loop cancels (unit: test_effect_reasons)",
+    ("batch", "jobs", "list"): "the training sensor lists Jobs only while a training run is open (test_promotion)",
+}
+
+
+def rules(grants: Iterable[Grant]) -> list[dict[str, Any]]:
+    return [g.rule() for g in grants]
 
 
 def operator_rules() -> list[dict[str, Any]]:
-    return [
-        {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch", "patch"]},
-        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]},
-        # blockOwnerDeletion on children needs update on the owner's finalizers subresource.
-        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
-        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": CHILD_VERBS},
-        {"apiGroups": [""], "resources": ["services", "configmaps"], "verbs": CHILD_VERBS},
-        # Secrets: the control-token Secret it creates, and reading the S3 credentials Secret named in a spec.
-        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]},
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": CHILD_VERBS},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-        # Kopf's cluster-wide scanning of CRDs and namespaces.
-        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-         "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
-    ]
+    """The ClusterRole's rules when the operator watches every namespace."""
+    return rules(NAMESPACED + CLUSTER)
+
+
+def namespaced_rules() -> list[dict[str, Any]]:
+    """The Role's rules in each watched namespace."""
+    return rules(NAMESPACED)
+
+
+def cluster_rules() -> list[dict[str, Any]]:
+    """The ClusterRole's rules when the operator watches listed namespaces."""
+    return rules(CLUSTER + NAMESPACE_SCANNING)
+
+
+def permissions(rule_list: Iterable[dict[str, Any]]) -> set[Permission]:
+    return {(group, resource, verb) for rule in rule_list for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
 
 
 def cluster_role(name: str = "tide-operator") -> dict[str, Any]:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    return {"apiVersion": f"{RBAC_API}/v1", "kind": "ClusterRole",
             "metadata": {"name": name}, "rules": operator_rules()}
+
+
+def namespaced_rbac(namespaces: Sequence[str], subject: dict[str, Any],
+                    name: str = "tide-operator") -> list[dict[str, Any]]:
+    """A Role and RoleBinding per watched namespace, and the ClusterRole for what is cluster-wide."""
+    objects: list[dict[str, Any]] = [_role("ClusterRole", name, None, cluster_rules()),
+                                     _binding("ClusterRoleBinding", name, None, subject)]
+    for namespace in namespaces:
+        objects += [_role("Role", name, namespace, namespaced_rules()),
+                    _binding("RoleBinding", name, namespace, subject)]
+    return objects
+
+
+def _role(kind: str, name: str, namespace: str | None, rule_list: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": f"{RBAC_API}/v1", "kind": kind, "metadata": _meta(name, namespace), "rules": rule_list}
+
+
+def _binding(kind: str, name: str, namespace: str | None, subject: dict[str, Any]) -> dict[str, Any]:
+    role_kind = "ClusterRole" if kind == "ClusterRoleBinding" else "Role"
+    return {"apiVersion": f"{RBAC_API}/v1", "kind": kind, "metadata": _meta(name, namespace),
+            "roleRef": {"apiGroup": RBAC_API, "kind": role_kind, "name": name}, "subjects": [subject]}
+
+
+def _meta(name: str, namespace: str | None) -> dict[str, Any]:
+    return {"name": name, **({"namespace": namespace} if namespace else {})}
+
+
+def chart_rules_yaml() -> str:
+    """The chart's ``files/rbac/rules.yaml``: each rule under a comment saying why it is there."""
+    lines = ["# Generated by `python -m tide_operator.rbac` from tide_operator/rbac.py: do not edit."]
+    for key, grants in (("namespaced", NAMESPACED), ("cluster", CLUSTER), ("namespaceScanning", NAMESPACE_SCANNING)):
+        lines.append(f"{key}:")
+        for grant in grants:
+            lines.append(f"  # {grant.why}")
+            lines.append("  - " + yaml.safe_dump(grant.rule(), default_flow_style=True, width=200).strip())
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(chart_rules_yaml())

@@ -11,7 +11,7 @@ from chart_render import CHART_DIR, EVERYTHING_ON, NAMESPACE, kinds, notes, only
 from tide_operator.api.crd import crd, render_yaml
 from tide_operator.config import OperatorConfig, PodPolicyConfig, load_operator_config
 from tide_operator.observability.dashboards import DASHBOARDS
-from tide_operator.rbac import operator_rules
+from tide_operator.rbac import chart_rules_yaml, cluster_rules, namespaced_rbac, namespaced_rules, operator_rules
 
 pytest.importorskip("helm_python")
 
@@ -82,6 +82,31 @@ def test_cluster_role_renders_exactly_the_operator_rules(default: list[dict[str,
     assert binding["roleRef"]["name"] == only(default, "ClusterRole")["metadata"]["name"]
 
 
+def test_watched_namespaces_get_roles_and_only_cluster_wide_reads_stay_cluster_wide() -> None:
+    objects = render({"watchNamespaces": ["a", "b"]})
+    rbac_objects = [o for o in objects if o["kind"] in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")]
+    account = only(objects, "ServiceAccount")["metadata"]
+    subject = {"kind": "ServiceAccount", "name": account["name"], "namespace": NAMESPACE}
+    name = only(objects, "ClusterRole")["metadata"]["name"]
+    # The same objects the namespaced integration test binds its operator with, labels aside.
+    expected = namespaced_rbac(["a", "b"], subject, name)
+    assert [{k: v for k, v in o.items() if k != "metadata"} for o in rbac_objects] == \
+        [{k: v for k, v in o.items() if k != "metadata"} for o in expected]
+    assert [(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in rbac_objects] == \
+        [(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in expected]
+    assert only(objects, "ClusterRole")["rules"] == cluster_rules()
+    assert all(role["rules"] == namespaced_rules() for role in objects if role["kind"] == "Role")
+    cluster_wide = {r for rule in cluster_rules() for r in rule["resources"]}
+    assert "secrets" not in cluster_wide
+    assert {v for rule in cluster_rules() for v in rule["verbs"]} == {"list", "watch"}
+
+
+def test_chart_rbac_file_matches_rbac_py() -> None:
+    path = CHART_DIR / "files" / "rbac" / "rules.yaml"
+    assert path.read_text() == chart_rules_yaml(), (
+        f"{path} drifted: `python -m tide_operator.rbac > {path.relative_to(CHART_DIR.parents[1])}`")
+
+
 def test_crd_is_the_generated_one_kept_on_uninstall(default: list[dict[str, Any]]) -> None:
     rendered = only(default, "CustomResourceDefinition")
     assert rendered["spec"] == crd()["spec"]
@@ -107,6 +132,7 @@ def test_everything_on_renders_every_optional_part(everything: list[dict[str, An
     assert counts["PodMonitor"] == 1
     assert counts["PrometheusRule"] == 1
     assert counts["NetworkPolicy"] == 2
+    assert counts["Role"] == counts["RoleBinding"] == len(EVERYTHING_ON["watchNamespaces"])
     assert counts["ConfigMap"] == 1 + len(DASHBOARDS)
     assert "helm.sh/resource-policy" not in only(everything, "CustomResourceDefinition")["metadata"]["annotations"]
 

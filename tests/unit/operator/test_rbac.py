@@ -1,0 +1,55 @@
+"""The operator's RBAC (tide_operator.rbac): what is granted where, and that every grant says why."""
+
+from __future__ import annotations
+
+from tide_operator import rbac
+
+SUBJECT = {"kind": "ServiceAccount", "name": "tide", "namespace": "tide-system"}
+
+
+def test_the_cluster_wide_role_is_the_namespaced_grants_plus_the_cluster_reads() -> None:
+    assert rbac.operator_rules() == rbac.namespaced_rules() + rbac.rules(rbac.CLUSTER)
+    assert rbac.cluster_role()["rules"] == rbac.operator_rules()
+
+
+def test_with_watched_namespaces_nothing_but_reads_is_cluster_wide() -> None:
+    cluster_wide = rbac.permissions(rbac.cluster_rules())
+    assert {verb for _, _, verb in cluster_wide} == {"list", "watch"}
+    assert {resource for _, resource, _ in cluster_wide} == {"nodes", "pods", "customresourcedefinitions",
+                                                             "namespaces"}
+
+
+def test_secrets_are_created_and_read_only_in_watched_namespaces() -> None:
+    assert {verb for _, resource, verb in rbac.permissions(rbac.namespaced_rules()) if resource == "secrets"} \
+        == {"get", "create"}
+    assert not any(resource == "secrets" for _, resource, _ in rbac.permissions(rbac.cluster_rules()))
+
+
+def test_namespaced_rbac_binds_a_role_in_each_namespace_and_one_cluster_role() -> None:
+    objects = rbac.namespaced_rbac(["a", "b"], SUBJECT, "tide")
+    assert [(o["kind"], o["metadata"].get("namespace")) for o in objects] == [
+        ("ClusterRole", None), ("ClusterRoleBinding", None),
+        ("Role", "a"), ("RoleBinding", "a"), ("Role", "b"), ("RoleBinding", "b")]
+    for binding in (o for o in objects if o["kind"].endswith("Binding")):
+        assert binding["subjects"] == [SUBJECT]
+        assert binding["roleRef"]["kind"] == binding["kind"].removesuffix("Binding")
+
+
+def test_every_grant_says_why_and_every_unseen_verb_is_granted() -> None:
+    grants = rbac.NAMESPACED + rbac.CLUSTER + rbac.NAMESPACE_SCANNING
+    assert all(g.why for g in grants)
+    granted = rbac.permissions(rbac.rules(grants))
+    assert set(rbac.UNSEEN_IN_A_SERVING_RUN) <= granted
+    assert all(rbac.UNSEEN_IN_A_SERVING_RUN.values())
+
+
+REMOVED = [  # granted before issue 12, never called: Kopf lists and watches, garbage collection deletes children
+    ("apps", "deployments", "delete"), ("apps", "deployments", "list"), ("", "secrets", "patch"), ("", "pods", "get"),
+    ("", "pods", "watch"), ("", "nodes", "get"), ("tide.dev", "tidedeployments", "get"), ("", "events", "patch"),
+    ("events.k8s.io", "events", "create"), ("batch", "jobs", "patch"),
+]
+
+
+def test_no_verb_the_operator_never_calls_is_back() -> None:
+    granted = rbac.permissions(rbac.operator_rules() + rbac.cluster_rules())
+    assert [p for p in REMOVED if p in granted] == []
