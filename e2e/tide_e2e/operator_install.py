@@ -17,7 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from tide_localcluster.plane import OPERATOR_USER, free_port, tail
 from tide_operator.api.crd import crd_without_cel
-from tide_operator.rbac import cluster_role
+from tide_operator.rbac import cluster_role, namespaced_rbac
 
 # The stand-in speaks vLLM's command line and routes; the operator's manifests stay unchanged.
 TEST_OPERATOR_CONFIG = {
@@ -43,6 +43,18 @@ def install_crd(api: client.ApiClient) -> None:
     raise TimeoutError("CRD not Established")
 
 
+def grant_namespaced_operator_rbac(api: client.ApiClient, namespaces: list[str], user: str, name: str) -> None:
+    """The RBAC the chart renders with ``watchNamespaces``, bound to ``user``: Roles in ``namespaces``
+    and the cluster-wide reads in a ClusterRole named ``name``."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    subject = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+    create = {"ClusterRole": rbac.create_cluster_role, "ClusterRoleBinding": rbac.create_cluster_role_binding,
+              "Role": rbac.create_namespaced_role, "RoleBinding": rbac.create_namespaced_role_binding}
+    for body in namespaced_rbac(namespaces, subject, name):
+        namespace = body["metadata"].get("namespace")
+        create[body["kind"]](*((namespace, body) if namespace else (body,)))
+
+
 def grant_operator_rbac(api: client.ApiClient) -> None:
     rbac = client.RbacAuthorizationV1Api(api)
     role = cluster_role()
@@ -59,9 +71,12 @@ def grant_operator_rbac(api: client.ApiClient) -> None:
 
 
 class OperatorProcess:
-    def __init__(self, plane: Any, config: dict[str, Any] | None = None) -> None:
+    def __init__(self, plane: Any, config: dict[str, Any] | None = None, kubeconfig: str | None = None,
+                 namespaces: tuple[str, ...] = ()) -> None:
         self.plane = plane
         self.config = config or TEST_OPERATOR_CONFIG
+        self.kubeconfig = kubeconfig or plane.operator_kubeconfig
+        self.namespaces = namespaces  # watched (Kopf's --namespace); none: cluster-wide
         self.log = Path(plane.state_dir) / "logs" / "operator.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.port = free_port()
@@ -73,11 +88,12 @@ class OperatorProcess:
         if self.plane.prometheus_url:  # the plane's own Prometheus, unless the test says otherwise
             config = {"prometheusUrl": self.plane.prometheus_url, **config}
         config_file.write_text(yaml.safe_dump(config))
-        env = {**os.environ, "KUBECONFIG": self.plane.operator_kubeconfig, "TIDE_OPERATOR_CONFIG": str(config_file),
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig, "TIDE_OPERATOR_CONFIG": str(config_file),
                "TIDE_METRICS_PORT": str(self.metrics_port), "PYTHONUNBUFFERED": "1"}
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tide_operator", "--liveness", f"http://127.0.0.1:{self.port}/healthz"],
+                [sys.executable, "-m", "tide_operator", "--liveness", f"http://127.0.0.1:{self.port}/healthz",
+                 *(f"--namespace={n}" for n in self.namespaces)],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self._wait_alive()
         return self

@@ -1,10 +1,13 @@
-"""Read the apiserver's audit log: which writes a user made (tests count the operator's)."""
+"""Read the apiserver's audit log: which calls a user made (tests count the operator's writes, and
+derive the verbs its RBAC must grant from every call of the namespaced operator's user)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
@@ -23,6 +26,25 @@ class WriteCall:
         return f"{self.verb} {self.resource}{sub} {self.namespace}/{self.name} -> {self.code}"
 
 
+@dataclass(frozen=True)
+class ApiCall:
+    """One resource request (reads included); ``resource`` carries its subresource as RBAC names it."""
+
+    verb: str
+    group: str
+    resource: str
+    namespace: str
+    name: str
+    code: int
+
+    @property
+    def permission(self) -> tuple[str, str, str]:
+        return self.group, self.resource, self.verb
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.group or 'core'}/{self.resource} {self.namespace}/{self.name} -> {self.code}"
+
+
 class AuditLog:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
@@ -32,20 +54,39 @@ class AuditLog:
         return self.path.stat().st_size if self.path.exists() else 0
 
     def writes(self, user: str, since: int = 0) -> list[WriteCall]:
-        if not self.path.exists():
-            return []
-        with open(self.path, "rb") as f:
-            f.seek(since)
-            lines = f.read().decode(errors="replace").splitlines()
         calls = []
-        for line in lines:
-            event = json.loads(line) if line.strip() else {}
-            if event.get("stage") != "ResponseComplete" or event.get("verb") not in WRITE_VERBS:
-                continue
-            if event.get("user", {}).get("username") != user:
+        for event in self._completed(user, since):
+            if event.get("verb") not in WRITE_VERBS:
                 continue
             ref = event.get("objectRef", {})
             calls.append(WriteCall(event["verb"], ref.get("resource", ""), ref.get("namespace", ""),
-                                   ref.get("name", ""), ref.get("subresource", ""),
-                                   int(event.get("responseStatus", {}).get("code", 0))))
+                                   ref.get("name", ""), ref.get("subresource", ""), _code(event)))
         return calls
+
+    def calls(self, user: str, since: int = 0) -> list[ApiCall]:
+        """Every resource request ``user`` completed (discovery of /api and /apis left out: RBAC grants it to
+        all). A watch completes only when it closes: stop the client before reading."""
+        calls = []
+        for event in self._completed(user, since):
+            ref = event.get("objectRef")
+            if not ref:
+                continue
+            resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+            calls.append(ApiCall(event["verb"], ref.get("apiGroup", ""), resource, ref.get("namespace", ""),
+                                 ref.get("name", ""), _code(event)))
+        return calls
+
+    def _completed(self, user: str, since: int) -> Iterator[dict[str, Any]]:
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as f:
+            f.seek(since)
+            lines = f.read().decode(errors="replace").splitlines()
+        for line in lines:
+            event = json.loads(line) if line.strip() else {}
+            if event.get("stage") == "ResponseComplete" and event.get("user", {}).get("username") == user:
+                yield event
+
+
+def _code(event: dict[str, Any]) -> int:
+    return int(event.get("responseStatus", {}).get("code", 0))

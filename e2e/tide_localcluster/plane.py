@@ -28,6 +28,9 @@ from tide_localcluster.processes import ProcessRecord, ProcessTable, is_alive, s
 
 STARTUP_TIMEOUT_S = 90.0
 OPERATOR_USER = "tide-operator"
+# A second operator identity for the namespaced-RBAC test: only the Roles that test grants bind it,
+# and the audit log records every request it makes, reads included, to derive the verbs it needs.
+NAMESPACED_OPERATOR_USER = "tide-operator-namespaced"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class PlaneInfo:
     apiserver_port: int
     prometheus_targets: str
     prometheus_url: str = ""
+    namespaced_operator_kubeconfig: str = ""
 
     @classmethod
     def load(cls, state_dir: Path) -> PlaneInfo:
@@ -88,8 +92,8 @@ def down(state_dir: Path) -> None:
 def _start(state_dir: Path, pools_file: Path, images_file: Path | None, table: ProcessTable) -> PlaneInfo:
     logs = state_dir / "logs"
     etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
-    token, operator_token = secrets.token_hex(16), secrets.token_hex(16)
-    _write_credentials(state_dir, token, operator_token)
+    token, operator_token, namespaced_token = secrets.token_hex(16), secrets.token_hex(16), secrets.token_hex(16)
+    _write_credentials(state_dir, token, {OPERATOR_USER: operator_token, NAMESPACED_OPERATOR_USER: namespaced_token})
     etcd_url = f"http://127.0.0.1:{etcd_port}"
     table.add(spawn("etcd", [
         str(system_binary("etcd", "etcd-server")), "--data-dir", str(state_dir / "etcd"),
@@ -105,6 +109,8 @@ def _start(state_dir: Path, pools_file: Path, images_file: Path | None, table: P
     _wait_http(f"{server}/readyz", token, "kube-apiserver", logs / "kube-apiserver.log")
     kubeconfig = _write_kubeconfig(state_dir / "kubeconfig", server, "admin", token)
     operator_kubeconfig = _write_kubeconfig(state_dir / "operator.kubeconfig", server, OPERATOR_USER, operator_token)
+    namespaced_kubeconfig = _write_kubeconfig(state_dir / "operator-namespaced.kubeconfig", server,
+                                              NAMESPACED_OPERATOR_USER, namespaced_token)
 
     table.add(spawn("kube-controller-manager", [
         str(kube_binary("kube-controller-manager")), "--kubeconfig", str(kubeconfig),
@@ -122,6 +128,7 @@ def _start(state_dir: Path, pools_file: Path, images_file: Path | None, table: P
 
     info = PlaneInfo(state_dir=str(state_dir), server=server, token=token, kubeconfig=str(kubeconfig),
                      operator_kubeconfig=str(operator_kubeconfig), audit_log=str(state_dir / "audit.log"),
+                     namespaced_operator_kubeconfig=str(namespaced_kubeconfig),
                      etcd_port=etcd_port, apiserver_port=api_port,
                      prometheus_targets=str(state_dir / "prometheus" / "targets.json"))
     (state_dir / "state.json").write_text(json.dumps(asdict(info), indent=1))
@@ -158,6 +165,7 @@ def _write_audit_policy(state_dir: Path) -> Path:
     policy = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"], "rules": [
         {"level": "Metadata", "users": [OPERATOR_USER],
          "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
+        {"level": "Metadata", "users": [NAMESPACED_OPERATOR_USER]},
         {"level": "None"},
     ]}
     path = state_dir / "audit-policy.yaml"
@@ -165,15 +173,15 @@ def _write_audit_policy(state_dir: Path) -> Path:
     return path
 
 
-def _write_credentials(state_dir: Path, token: str, operator_token: str) -> None:
+def _write_credentials(state_dir: Path, token: str, operator_tokens: dict[str, str]) -> None:
     openssl = str(system_binary("openssl", "openssl"))
     subprocess.run([openssl, "genrsa", "-out", str(state_dir / "sa.key"), "2048"], check=True,
                    capture_output=True)
     subprocess.run([openssl, "rsa", "-in", str(state_dir / "sa.key"), "-pubout", "-out",
                     str(state_dir / "sa.pub")], check=True, capture_output=True)
     # The operator gets a user of its own with no rights but what RBAC grants it (the chart's role).
-    (state_dir / "tokens.csv").write_text(f"{token},admin,admin,system:masters\n"
-                                          f"{operator_token},{OPERATOR_USER},{OPERATOR_USER}\n")
+    users = "".join(f"{secret},{user},{user}\n" for user, secret in operator_tokens.items())
+    (state_dir / "tokens.csv").write_text(f"{token},admin,admin,system:masters\n{users}")
 
 
 def _write_kubeconfig(path: Path, server: str, user: str, token: str) -> Path:
