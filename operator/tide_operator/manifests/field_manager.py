@@ -33,13 +33,23 @@ def with_applied_hash(desired: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def _without_none(value: Any) -> Any:
-    # An explicit null in an apply body is not "leave it out"; our builders mean leave it out.
+QUANTITY_MAPS = ("limits", "requests")  # resource name -> quantity
+QUANTITY_FIELDS = ("sizeLimit",)
+
+
+def _without_none(value: Any, quantities: bool = False) -> Any:
+    """The apply form: no nulls (our builders mean "leave it out"), quantities as strings (an
+    apply body is typed: the v1.20 server refuses a number where a quantity goes)."""
     if isinstance(value, dict):
-        return {k: _without_none(v) for k, v in value.items() if v is not None}
+        return {k: _quantity(v) if quantities or k in QUANTITY_FIELDS else _without_none(v, k in QUANTITY_MAPS)
+                for k, v in value.items() if v is not None}
     if isinstance(value, list):
         return [_without_none(v) for v in value]
     return value
+
+
+def _quantity(value: Any) -> Any:
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
 def _applies(entry: dict[str, Any]) -> bool:

@@ -42,6 +42,17 @@ def test_the_hash_covers_the_object_and_drops_nones() -> None:
     assert APPLIED_HASH_ANNOTATION not in DESIRED["metadata"]["annotations"]  # the input is not modified
 
 
+def test_quantities_are_strings_in_the_apply_form() -> None:
+    resources = {"limits": {"nvidia.com/gpu": 4, "memory": "8Gi"}, "requests": {"cpu": 2}}
+    container = {"name": "vllm", "resources": resources}
+    body = with_applied_hash({**DESIRED, "spec": {"template": {"spec": {
+        "containers": [container], "volumes": [{"name": "shm", "emptyDir": {"sizeLimit": 1, "medium": "Memory"}}]}}}})
+    spec = body["spec"]["template"]["spec"]
+    assert spec["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "4", "memory": "8Gi"},
+                                                  "requests": {"cpu": "2"}}
+    assert spec["volumes"][0]["emptyDir"] == {"sizeLimit": "1", "medium": "Memory"}
+
+
 def removed_env() -> dict:
     fewer = copy.deepcopy(DESIRED)
     fewer["spec"]["template"]["spec"]["containers"][0]["env"].pop()
