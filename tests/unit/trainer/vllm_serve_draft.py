@@ -21,6 +21,8 @@ def main() -> None:
     for metric in llm.get_metrics():
         if metric.name.startswith("vllm:spec_decode") and hasattr(metric, "value"):
             counters[metric.name] = metric.value
+        elif metric.name.startswith("vllm:spec_decode") and hasattr(metric, "values"):
+            counters[metric.name] = list(metric.values)  # per draft position
     print("RESULT " + json.dumps({"counters": counters, "outputs": [list(o.outputs[0].token_ids) for o in outs]}))
 
 

@@ -1,13 +1,14 @@
 """Build (once) and cache the tiny target: tokenizer, a few minutes of CPU training, HF-style export.
 
-The result lives outside the checkout under ${TIDE_CACHE:-~/.cache/tide}/models/<version>/ and holds
-config.json, model.safetensors (HF Llama names, bf16), tokenizer files and build.json (settings,
-losses, checksums). The build is deterministic for a given torch build and corpus.
+The result lives outside the checkout under ${TIDE_CACHE:-~/.cache/tide}/models/<version>-<sha12>/ and
+holds config.json, model.safetensors (HF Llama names, bf16), tokenizer files and build.json (settings,
+losses, checksums). The build runs with pinned numerics (tiny_target.pinned), so its files are the
+same on every x86-64 machine with this torch; the cache key carries the recorded checksum, and a
+cached copy whose weights differ from it is rebuilt.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -24,10 +25,11 @@ from tokenizers import Tokenizer
 
 from tide_trainer.tiny_target.corpus import CODE, DOMAINS, PROSE
 from tide_trainer.tiny_target.model import TinyLlama, TinyLlamaConfig
+from tide_trainer.tiny_target.pinned import expected_checksum, file_sha256, pin_torch, pinned_run, platform_key, verify
 from tide_trainer.tiny_target.tokenizer import EOS, save_tokenizer, tokenizer_hash, train_tokenizer
 
 log = logging.getLogger(__name__)
-VERSION = "tiny-llama-v1"
+VERSION = "tiny-llama-v2"  # v2: built with pinned numerics
 
 
 @dataclass(frozen=True)
@@ -40,21 +42,45 @@ class BuildSettings:
     seed: int = 0
 
 
+WEIGHTS = "model.safetensors"
+
+
 def cache_dir(version: str = VERSION) -> Path:
-    return Path(os.environ.get("TIDE_CACHE", "~/.cache/tide")).expanduser() / "models" / version
+    """Keyed by the recorded checksum: another build of the same version never shares a directory."""
+    expected = expected_checksum(f"{version}/{WEIGHTS}")
+    key = expected[:12] if expected else f"{platform_key()}-unrecorded"
+    return Path(os.environ.get("TIDE_CACHE", "~/.cache/tide")).expanduser() / "models" / f"{version}-{key}"
 
 
-def ensure_tiny_target(version: str = VERSION, settings: BuildSettings | None = None) -> Path:
-    """The cached target directory, built first if absent (atomically: a half build is never used)."""
+def ensure_tiny_target(version: str = VERSION) -> Path:
+    """The cached target directory, built first (in a pinned child process) if absent or not as recorded."""
     out = cache_dir(version)
-    if (out / "build.json").is_file():
+    if _cached(out, version):
         return out
+    pinned_run(["build", "--out", str(out)])
+    verify(out / WEIGHTS, f"{version}/{WEIGHTS}")
+    return out
+
+
+def _cached(out: Path, version: str) -> bool:
+    if not (out / "build.json").is_file():
+        return False
+    expected = expected_checksum(f"{version}/{WEIGHTS}")
+    if expected and file_sha256(out / WEIGHTS) != expected:
+        log.warning("%s: cached weights differ from the recorded checksum; rebuilding", out)
+        return False
+    return True
+
+
+def build_pinned(out: Path, settings: BuildSettings | None = None) -> Path:
+    """In the pinned child: build into a temporary sibling and rename (a half build is never used)."""
+    pin_torch()
     tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     build(tmp, settings or BuildSettings())
-    if (out / "build.json").is_file():  # another process won the race
-        shutil.rmtree(tmp)
+    if (out / "build.json").is_file() and file_sha256(out / WEIGHTS) == file_sha256(tmp / WEIGHTS):
+        shutil.rmtree(tmp)  # another process built the same files first
         return out
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
@@ -127,17 +153,18 @@ def export_target(model: TinyLlama, tok: Tokenizer, out_dir: Path, s: BuildSetti
                   losses: dict[str, float], seconds: float) -> dict[str, object]:
     eos = tok.token_to_id(EOS)
     weights = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
-    save_file(weights, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    save_file(weights, str(out_dir / WEIGHTS), metadata={"format": "pt"})
     (out_dir / "config.json").write_text(json.dumps(model.c.hf_config(eos, "bfloat16"), indent=2) + "\n")
     generation = {"bos_token_id": eos, "eos_token_id": eos}
     (out_dir / "generation_config.json").write_text(json.dumps(generation) + "\n")
     save_tokenizer(tok, out_dir, model.c.max_position_embeddings)
-    weights_hash = hashlib.sha256((out_dir / "model.safetensors").read_bytes()).hexdigest()
+    weights_hash = file_sha256(out_dir / WEIGHTS)
     info: dict[str, object] = {
         "version": VERSION, "revision": f"{VERSION}-{weights_hash[:12]}",
         "tokenizer_hash": tokenizer_hash(out_dir), "settings": asdict(s),
         "corpus": {name: d.fingerprint for name, d in DOMAINS.items()},
         "held_out_loss": losses, "train_seconds": round(seconds, 1), "torch": torch.__version__,
+        "sha256": {WEIGHTS: weights_hash, "tokenizer.json": file_sha256(out_dir / "tokenizer.json")},
     }
     (out_dir / "build.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
