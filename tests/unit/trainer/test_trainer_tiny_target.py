@@ -12,12 +12,13 @@ import torch
 from safetensors.torch import load_file
 
 from tide_contracts.shards import read_shard
+from tide_trainer.candidate import sha256_file
 from tide_trainer.cli import ExitCode, main
 from tide_trainer.tiny_target import pinned
 from tide_trainer.tiny_target.build import BuildSettings, build, load_tiny_target
 from tide_trainer.tiny_target.capture import CaptureSettings, generate, write_domain_shards
 from tide_trainer.tiny_target.corpus import CODE, PROSE, CorpusError, Domain
-from tide_trainer.tiny_target.pinned import ChecksumMismatch, file_sha256, pin_torch, pinned_run, platform_key, verify
+from tide_trainer.tiny_target.pinned import ChecksumMismatch, pin_torch, pinned_run, platform_key, verify
 from tide_trainer.tiny_target.tokenizer import train_tokenizer
 
 HF_LLAMA_LAYER = ["input_layernorm.weight", "mlp.down_proj.weight", "mlp.gate_proj.weight",
@@ -131,9 +132,9 @@ def test_a_pinned_build_is_the_same_file_whatever_the_caller_environment(tmp_pat
         env.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX")
         env.setenv("OMP_NUM_THREADS", "1")
         pinned_run(["build", "--out", str(tmp_path / "b"), "--steps", "3"])
-    assert file_sha256(tmp_path / "a" / "model.safetensors") == file_sha256(tmp_path / "b" / "model.safetensors")
+    assert sha256_file(tmp_path / "a" / "model.safetensors") == sha256_file(tmp_path / "b" / "model.safetensors")
     info = json.loads((tmp_path / "a" / "build.json").read_text())
-    assert info["sha256"]["model.safetensors"] == file_sha256(tmp_path / "a" / "model.safetensors")
+    assert info["sha256"]["model.safetensors"] == sha256_file(tmp_path / "a" / "model.safetensors")
 
 
 def test_an_unpinned_build_or_another_checksum_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,4 +147,4 @@ def test_an_unpinned_build_or_another_checksum_is_refused(tmp_path: Path, monkey
     monkeypatch.setattr(pinned, "CHECKSUMS_FILE", recorded)
     with pytest.raises(ChecksumMismatch, match=r"tiny/w\.bin: built sha256 [0-9a-f]{64}, the repository records 0{64}"):
         verify(tmp_path / "w.bin", "tiny/w.bin")
-    assert verify(tmp_path / "w.bin", "other/w.bin") == file_sha256(tmp_path / "w.bin")  # unrecorded: warn only
+    assert verify(tmp_path / "w.bin", "other/w.bin") == sha256_file(tmp_path / "w.bin")  # unrecorded: warn only

@@ -23,9 +23,10 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
+from tide_trainer.candidate import sha256_file
 from tide_trainer.tiny_target.corpus import CODE, DOMAINS, PROSE
 from tide_trainer.tiny_target.model import TinyLlama, TinyLlamaConfig
-from tide_trainer.tiny_target.pinned import expected_checksum, file_sha256, pin_torch, pinned_run, platform_key, verify
+from tide_trainer.tiny_target.pinned import expected_checksum, pin_torch, pinned_run, platform_key, verify
 from tide_trainer.tiny_target.tokenizer import EOS, save_tokenizer, tokenizer_hash, train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def _cached(out: Path, version: str) -> bool:
     if not (out / "build.json").is_file():
         return False
     expected = expected_checksum(f"{version}/{WEIGHTS}")
-    if expected and file_sha256(out / WEIGHTS) != expected:
+    if expected and sha256_file(out / WEIGHTS) != expected:
         log.warning("%s: cached weights differ from the recorded checksum; rebuilding", out)
         return False
     return True
@@ -79,7 +80,7 @@ def build_pinned(out: Path, settings: BuildSettings | None = None) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     build(tmp, settings or BuildSettings())
-    if (out / "build.json").is_file() and file_sha256(out / WEIGHTS) == file_sha256(tmp / WEIGHTS):
+    if (out / "build.json").is_file() and sha256_file(out / WEIGHTS) == sha256_file(tmp / WEIGHTS):
         shutil.rmtree(tmp)  # another process built the same files first
         return out
     shutil.rmtree(out, ignore_errors=True)
@@ -158,13 +159,13 @@ def export_target(model: TinyLlama, tok: Tokenizer, out_dir: Path, s: BuildSetti
     generation = {"bos_token_id": eos, "eos_token_id": eos}
     (out_dir / "generation_config.json").write_text(json.dumps(generation) + "\n")
     save_tokenizer(tok, out_dir, model.c.max_position_embeddings)
-    weights_hash = file_sha256(out_dir / WEIGHTS)
+    weights_hash = sha256_file(out_dir / WEIGHTS)
     info: dict[str, object] = {
         "version": VERSION, "revision": f"{VERSION}-{weights_hash[:12]}",
         "tokenizer_hash": tokenizer_hash(out_dir), "settings": asdict(s),
         "corpus": {name: d.fingerprint for name, d in DOMAINS.items()},
         "held_out_loss": losses, "train_seconds": round(seconds, 1), "torch": torch.__version__,
-        "sha256": {WEIGHTS: weights_hash, "tokenizer.json": file_sha256(out_dir / "tokenizer.json")},
+        "sha256": {WEIGHTS: weights_hash, "tokenizer.json": sha256_file(out_dir / "tokenizer.json")},
     }
     (out_dir / "build.json").write_text(json.dumps(info, indent=2) + "\n")
     return info

@@ -17,10 +17,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tide_trainer.candidate import sha256_file
 from tide_trainer.cli import ExitCode, main
 from tide_trainer.tiny_target.build import WEIGHTS, ensure_tiny_target, load_tiny_target
 from tide_trainer.tiny_target.capture import CaptureSettings, write_domain_shards
-from tide_trainer.tiny_target.pinned import expected_checksum, file_sha256, pin_torch, pinned_run, verify
+from tide_trainer.tiny_target.pinned import expected_checksum, pin_torch, pinned_run, verify
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def ensure_draft(target_dir: Path, recipe: DraftRecipe) -> Path:
     artifact = f"{version}/{recipe.name}/{WEIGHTS}"
     expected = expected_checksum(artifact)
     if (out / "config.json").is_file() and (out / WEIGHTS).is_file() and \
-            (expected is None or file_sha256(out / WEIGHTS) == expected):
+            (expected is None or sha256_file(out / WEIGHTS) == expected):
         return out
     pinned_run(["draft", "--target", str(target_dir), "--recipe", json.dumps(recipe.__dict__)])
     verify(out / WEIGHTS, artifact)

@@ -11,7 +11,6 @@ files it writes are checked against checksums recorded in the repository (checks
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -19,6 +18,8 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+
+from tide_trainer.candidate import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -50,17 +51,9 @@ def expected_checksum(artifact: str) -> str | None:
     return recorded.get(platform_key(), {}).get(artifact)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def verify(path: Path, artifact: str) -> str:
     """The file's sha256; raises ChecksumMismatch when the repository records another one."""
-    actual, expected = file_sha256(path), expected_checksum(artifact)
+    actual, expected = sha256_file(path), expected_checksum(artifact)
     if expected is None:
         log.warning("%s: no checksum recorded for %s; built %s (not comparable across machines)",
                     artifact, platform_key(), actual)
