@@ -15,14 +15,22 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tide_contracts import control_token
+
 CONTRACT_VERSION = 1
 API_PREFIX = "/tide/v1"
 STATUS_ROUTE = f"{API_PREFIX}/status"
 DRAFT_ROUTE = f"{API_PREFIX}/draft"
 CAPTURE_ROUTE = f"{API_PREFIX}/capture"
 SPECULATION_ROUTE = f"{API_PREFIX}/speculation"
-# Environment variable (filled from a Secret) holding the bearer token the routes require.
-CONTROL_TOKEN_ENV = "TIDE_CONTROL_TOKEN"  # noqa: S105 - a variable name, not a secret
+# The bearer token the routes require: a mounted Secret file, re-read on change (control_token.py).
+CONTROL_TOKEN_ENV = control_token.CONTROL_TOKEN_ENV
+CONTROL_TOKEN_FILE_ENV = control_token.CONTROL_TOKEN_FILE_ENV
+# The routes live on their own port, apart from the OpenAI API, so a NetworkPolicy can let only the
+# operator reach them while clients and Prometheus reach the API port.
+CONTROL_PORT_ENV = "TIDE_CONTROL_PORT"
+DEFAULT_CONTROL_PORT = 8081
+CONTROL_PORT_NAME = "tide-control"
 DEFAULT_SAMPLING_RATE = 0.1
 
 # Metric names the plugin adds to vLLM's /metrics (labels in the contract document).

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes.client.rest import ApiException
 
-from tide_localcluster import probes
+from tide_localcluster import probes, volumes
 from tide_localcluster.podenv import ContainerConfigError, command_line, container_env, decode_secret
 from tide_localcluster.podstatus import ContainerView, PodView, rfc3339, terminated
 from tide_localcluster.processes import ProcessRecord, _start_ticks, stop
@@ -28,6 +28,7 @@ log = logging.getLogger("kubelet")
 PASS_THROUGH_ENV = ("HOME", "LANG", "LC_ALL", "TZ", "TIDE_CACHE", "HF_HUB_OFFLINE",
                     "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 MAX_BACKOFF_S = 10.0  # the real kubelet caps at 5 min; tests need restarts to be quick
+VOLUME_SYNC_S = 2.0  # the real kubelet's sync period is a minute; tests need updates to be quick
 TICK_S = 0.25
 
 
@@ -68,6 +69,8 @@ class PodRunner(threading.Thread):
         self._delete_after = False
         self._reported: dict[str, Any] | None = None
         self._transitions: dict[str, tuple[str, str]] = {}
+        self.volume_dirs: dict[str, Path] = {}  # secret/configMap volumes: name -> their files here
+        self._volumes_synced = 0.0
 
     # --- control from the kubelet ---
     def stop(self, grace_s: float, then_delete: bool = False) -> None:
@@ -103,6 +106,7 @@ class PodRunner(threading.Thread):
         """Resolve env; a missing ConfigMap/Secret key waits, like CreateContainerConfigError."""
         while not self._stop_requested.is_set():
             try:
+                self._sync_volumes()
                 for c in self.containers:
                     c.env = self._environment(c.spec)
                 return True
@@ -113,26 +117,49 @@ class PodRunner(threading.Thread):
                 self._stop_requested.wait(2.0)
         return False
 
+    def _configmap(self, ns: str, name: str) -> dict[str, str] | None:
+        try:
+            return self.kubelet.core.read_namespaced_config_map(name, ns).data or {}
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def _secret(self, ns: str, name: str) -> dict[str, str] | None:
+        try:
+            return decode_secret(self.kubelet.core.read_namespaced_secret(name, ns).data)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
     def _environment(self, spec: dict[str, Any]) -> dict[str, str]:
-        core = self.kubelet.core
+        env = container_env(self.pod, spec, self._configmap, self._secret)
+        mounted = volumes.mounts(spec, self.volume_dirs)
+        return {k: volumes.rewrite(v, mounted) for k, v in env.items()}
 
-        def configmap(ns: str, name: str) -> dict[str, str] | None:
-            try:
-                return core.read_namespaced_config_map(name, ns).data or {}
-            except ApiException as e:
-                if e.status == 404:
-                    return None
-                raise
+    def _sync_volumes(self) -> None:
+        """Write every secret/configMap volume's files (again: a changed object changes them in place)."""
+        namespace = self.pod["metadata"]["namespace"]
+        for volume in self.pod["spec"].get("volumes", []):
+            lookup = self._secret if "secret" in volume else self._configmap
+            files = volumes.projected_files(volume, lookup, namespace)
+            if files is None:
+                continue
+            where = self.dir / "volumes" / volume["name"]
+            if volumes.write_atomically(where, files, volumes.file_mode(volume)) and volume["name"] in self.volume_dirs:
+                log.info("%s: volume %s updated", self.name, volume["name"])
+            self.volume_dirs[volume["name"]] = where
+        self._volumes_synced = time.monotonic()
 
-        def secret(ns: str, name: str) -> dict[str, str] | None:
-            try:
-                return decode_secret(core.read_namespaced_secret(name, ns).data)
-            except ApiException as e:
-                if e.status == 404:
-                    return None
-                raise
-
-        return container_env(self.pod, spec, configmap, secret)
+    def _resync_volumes(self, now: float) -> None:
+        if now - self._volumes_synced < VOLUME_SYNC_S:
+            return
+        try:
+            self._sync_volumes()
+        except (ContainerConfigError, ApiException) as e:  # like the kubelet: the files stay as they were
+            log.info("%s: volumes not refreshed: %s", self.name, e)
+            self._volumes_synced = now
 
     def _run_init_containers(self) -> bool:
         for spec in self.pod["spec"].get("initContainers", []):
@@ -157,6 +184,7 @@ class PodRunner(threading.Thread):
             for c in self.containers:
                 self._check_exit(c, now)
                 self._probe(c, now)
+            self._resync_volumes(now)
             self._report()
             if self.view.phase() in ("Succeeded", "Failed"):
                 return
@@ -171,7 +199,8 @@ class PodRunner(threading.Thread):
         env.update(runtime.env)
         env.update(c.env)
         try:
-            argv = command_line(c.spec, list(runtime.entrypoint), env)
+            mounted = volumes.mounts(c.spec, self.volume_dirs)
+            argv = [volumes.rewrite(a, mounted) for a in command_line(c.spec, list(runtime.entrypoint), env)]
         except ContainerConfigError as e:
             c.view.waiting = ("CreateContainerError", str(e))
             return

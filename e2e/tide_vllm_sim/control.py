@@ -7,7 +7,6 @@ breaks the simulator's tests, not the operator's integration tier.
 from __future__ import annotations
 
 import hmac
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -17,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from tide_contracts import serving_control as sc
+from tide_contracts.control_token import ControlTokens
 from tide_vllm_sim.capture import CaptureRecorder
 from tide_vllm_sim.drafts import DraftLoadError, verify_draft
 from tide_vllm_sim.engine import SimEngine
@@ -39,7 +39,7 @@ class PodControl:
     draft_source: str = "launch"
     launch_source: str | None = None  # --speculative-config's model as given: going back to it needs no manifest
     launch_version: str = "initial"
-    token: str = field(default_factory=lambda: os.environ.get(sc.CONTROL_TOKEN_ENV, ""))
+    tokens: ControlTokens = field(default_factory=ControlTokens.from_environment)
     swap_results: dict[str, int] = field(default_factory=dict)
     last_pause_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
@@ -137,10 +137,12 @@ def is_control_route(path: str) -> bool:
 
 def handle(pod: PodControl, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Answer:
     """HTTP status and JSON body of one control call."""
-    if not pod.token:
-        return sc.error_payload(sc.ErrorCode.NOT_CONFIGURED, f"{sc.CONTROL_TOKEN_ENV} is not set on this pod")
+    accepted = pod.tokens.accepted()  # re-read when the mounted Secret changes, as the plugin does
+    if not accepted:
+        return sc.error_payload(sc.ErrorCode.NOT_CONFIGURED, f"no token in {sc.CONTROL_TOKEN_FILE_ENV} or "
+                                f"{sc.CONTROL_TOKEN_ENV} on this pod")
     given = headers.get("Authorization", "").removeprefix("Bearer ")
-    if not hmac.compare_digest(given.encode(), pod.token.encode()):
+    if not any([hmac.compare_digest(given.encode(), t.encode()) for t in accepted]):  # noqa: C419 - each compared
         return sc.error_payload(sc.ErrorCode.UNAUTHORIZED, "missing or wrong bearer token")
     route = _ROUTES.get((method, path))
     if route is None:

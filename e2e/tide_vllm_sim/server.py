@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from tide_contracts import serving_control as sc
 from tide_vllm_sim import control
 from tide_vllm_sim.args import ServerArgs, parse_args
 from tide_vllm_sim.capture import CaptureRecorder, CaptureSettings
@@ -117,21 +118,43 @@ def make_handler(pod: control.PodControl) -> type[BaseHTTPRequestHandler]:
                 self._send(200, render(pod), "text/plain; version=0.0.4; charset=utf-8")
             elif path == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": pod.model_name, "object": "model"}]})
-            elif control.is_control_route(path):
-                self._send(*control.handle(pod, "GET", path, dict(self.headers), b""))
             else:
                 self._send(404, {"error": f"no route GET {path}"})
 
         def do_POST(self) -> None:
             path, body = self.path.split("?", 1)[0], self._body()
-            if control.is_control_route(path):
-                self._send(*control.handle(pod, "POST", path, dict(self.headers), body))
-            elif path in ("/v1/completions", "/v1/chat/completions"):
+            if path in ("/v1/completions", "/v1/chat/completions"):
                 self._send(*complete(pod, path, body, self.headers.get(DOMAIN_HEADER)))
             else:
                 self._send(404, {"error": f"no route POST {path}"})
 
     return Handler
+
+
+def make_control_handler(pod: control.PodControl) -> type[BaseHTTPRequestHandler]:
+    """The control port: the /tide/v1 routes and nothing else (the plugin's own server)."""
+    base = make_handler(pod)
+
+    class ControlHandler(base):  # type: ignore[valid-type,misc]
+        def do_GET(self) -> None:
+            self._route("GET", b"")
+
+        def do_POST(self) -> None:
+            self._route("POST", self._body())
+
+        def _route(self, method: str, body: bytes) -> None:
+            path = self.path.split("?", 1)[0]
+            if control.is_control_route(path):
+                self._send(*control.handle(pod, method, path, dict(self.headers), body))
+            else:
+                self._send(404, {"error": f"no route {method} {path} on the control port"})
+
+    return ControlHandler
+
+
+def control_port() -> int:
+    raw = os.environ.get(sc.CONTROL_PORT_ENV, "")
+    return int(raw) if raw else sc.DEFAULT_CONTROL_PORT
 
 
 class ScenarioWatcher:
@@ -177,10 +200,15 @@ def serve(argv: list[str] | None = None) -> None:
     pod = build_pod(args)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(pod))
     server.daemon_threads = True
+    if control_port() == args.port:
+        raise SystemExit(f"{sc.CONTROL_PORT_ENV}={args.port} is the API port: the control routes need their own")
+    controls = ThreadingHTTPServer((args.host, control_port()), make_control_handler(pod))
+    controls.daemon_threads = True
+    threading.Thread(target=controls.serve_forever, daemon=True, name="sim-control").start()
     stop = threading.Event()
     watcher = ScenarioWatcher(args.scenario, args.seed)
     threading.Thread(target=run_ticker, args=(pod, stop, watcher), daemon=True, name="sim-ticker").start()
-    print(f"tide_vllm_sim serving {pod.model_name} on {args.host}:{args.port} "
+    print(f"tide_vllm_sim serving {pod.model_name} on {args.host}:{args.port} (control :{control_port()}) "
           f"(draft {pod.engine.draft_version}, warnings {pod.warnings})", file=sys.stderr, flush=True)
     try:
         server.serve_forever()

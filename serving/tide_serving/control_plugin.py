@@ -1,13 +1,17 @@
 """The `vllm.endpoint_plugins` entry `tide_control`: the narrow, authenticated /tide/v1 routes.
 
 Loaded by the API server only when named in `VLLM_PLUGINS` (e.g. `VLLM_PLUGINS=tide_control`).
-Every route requires `Authorization: Bearer $TIDE_CONTROL_TOKEN`; with the variable unset the
-routes answer 503 not_configured. No vLLM development-mode route is needed or opened.
+The routes are served on their own port (TIDE_CONTROL_PORT, default 8081), never on the OpenAI
+API port, so a NetworkPolicy can admit only the operator to them. Every route requires a bearer
+token from the mounted Secret file (TIDE_CONTROL_TOKEN_FILE, re-read when the kubelet updates it);
+with no token configured the routes answer 503 not_configured. No vLLM development-mode route is
+needed or opened.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 from argparse import Namespace
@@ -15,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import uvicorn
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
@@ -39,13 +44,14 @@ def _control(request: Request) -> ControlState | None:
 
 
 def _denied(request: Request, control: ControlState | None) -> JSONResponse | None:
-    if control is None or not control.settings.control_token:
-        return _error(sc.ErrorCode.NOT_CONFIGURED, f"control routes are disabled: {sc.CONTROL_TOKEN_ENV} is "
-                      "unset or the plugin did not initialise")
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    expected = control.settings.control_token.encode()
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), expected):
+    accepted = control.settings.control_tokens.accepted() if control is not None else ()
+    if not accepted:
+        return _error(sc.ErrorCode.NOT_CONFIGURED, f"control routes are disabled: no token in "
+                      f"{sc.CONTROL_TOKEN_FILE_ENV} or {sc.CONTROL_TOKEN_ENV}, or the plugin did not initialise")
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    # Compare with every accepted token (current, and previous during a rotation), not the first match.
+    matches = [hmac.compare_digest(token.encode(), t.encode()) for t in accepted]
+    if scheme.lower() != "bearer" or not any(matches):
         return _error(sc.ErrorCode.UNAUTHORIZED, "missing or wrong bearer token")
     return None
 
@@ -120,7 +126,7 @@ class TideControlPlugin:
     required_tasks = ("generate",)
 
     def attach_router(self, app: FastAPI) -> None:
-        app.include_router(router)
+        """Nothing on the API port: the routes get their own server in init_state."""
 
     async def init_state(self, engine_client: Any, state: Any, args: Namespace) -> None:
         import vllm
@@ -141,6 +147,33 @@ class TideControlPlugin:
         serving_metrics.register(control)
         await control.load_promoted()
         control.refresher = asyncio.get_running_loop().create_task(_refresh_forever(control))
+        control.control_server = await _serve_control(control, getattr(args, "host", None), int(args.port))
+
+
+class _ControlServer(uvicorn.Server):
+    def capture_signals(self) -> Any:
+        # vLLM's own server owns SIGTERM/SIGINT; this one ends with the event loop.
+        return contextlib.nullcontext()
+
+
+async def _serve_control(control: ControlState, host: str | None, api_port: int) -> asyncio.Task[None]:
+    """Serve the routes on the control port of the API's address; fail the start on a clash."""
+    port = control.settings.control_port
+    if port == api_port:
+        raise ValueError(f"{sc.CONTROL_PORT_ENV}={port} is the API port: the control routes need their own")
+    app = FastAPI(title="tide-control", docs_url=None, redoc_url=None, openapi_url=None)
+    app.include_router(router)
+    app.state.tide_control = control
+    server = _ControlServer(uvicorn.Config(app, host=host or "0.0.0.0", port=port, log_level="warning",
+                                           access_log=False))
+    task = asyncio.get_running_loop().create_task(server.serve())
+    while not server.started:  # bind now, so a taken port fails the start instead of a later call
+        if task.done():
+            task.result()
+            raise OSError(f"tide control server on port {port} stopped before it started")
+        await asyncio.sleep(0.05)
+    log.info("tide: control routes on %s:%d", host or "0.0.0.0", port)
+    return task
 
 
 async def _refresh_forever(control: ControlState) -> None:

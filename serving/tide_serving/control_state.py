@@ -54,6 +54,7 @@ class ControlState:
         self.launch_dir: str | None = None  # the --speculative-config draft, when a local directory
         self.launch_source: str | None = None  # the --speculative-config draft as given (path, s3://, hub id)
         self.refresher: asyncio.Task[None] | None = None
+        self.control_server: asyncio.Task[None] | None = None  # the routes' own server (control_plugin)
 
     # ---- snapshot ------------------------------------------------------------------------------
     async def refresh(self) -> dict[str, Any]:

@@ -8,7 +8,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tide_contracts.serving_control import CONTROL_TOKEN_ENV, DEFAULT_SAMPLING_RATE
+from tide_contracts.control_token import ControlTokens
+from tide_contracts.serving_control import CONTROL_PORT_ENV, DEFAULT_CONTROL_PORT, DEFAULT_SAMPLING_RATE
 
 
 def _float(name: str, default: float) -> float:
@@ -23,9 +24,17 @@ def _int(name: str, default: int) -> int:
     return int(_float(name, default))
 
 
+def _port(name: str, default: int) -> int:
+    port = _int(name, default)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{name}={port}: must be a TCP port (1-65535)")
+    return port
+
+
 @dataclass(frozen=True)
 class ServingSettings:
-    control_token: str
+    control_tokens: ControlTokens
+    control_port: int
     target_revision: str
     initial_draft_version: str
     registry_uri: str | None
@@ -53,7 +62,8 @@ def load_settings() -> ServingSettings:
     if not 0.0 < rate <= 1.0:
         raise ValueError(f"TIDE_CAPTURE_SAMPLING_RATE={rate}: must be in (0, 1]")
     return ServingSettings(
-        control_token=os.environ.get(CONTROL_TOKEN_ENV, ""),
+        control_tokens=ControlTokens.from_environment(),
+        control_port=_port(CONTROL_PORT_ENV, DEFAULT_CONTROL_PORT),
         target_revision=os.environ.get("TIDE_TARGET_REVISION", "unknown"),
         initial_draft_version=os.environ.get("TIDE_DRAFT_VERSION", "initial"),
         registry_uri=os.environ.get("TIDE_REGISTRY_URI") or None,

@@ -10,7 +10,7 @@ import yaml
 from sim_harness import SCENARIO, SCHEDULER, SPEC, TOKEN, RunningSim
 
 from tide_vllm_sim.args import parse_args
-from tide_vllm_sim.server import build_pod, make_handler
+from tide_vllm_sim.server import build_pod, make_control_handler, make_handler
 
 
 @pytest.fixture
@@ -35,11 +35,12 @@ def start_sim(scenario_file: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
             argv += ["--speculative-config", SPEC, "--scheduler-cls", SCHEDULER]
         argv += extra  # last wins, as in argparse
         pod = build_pod(parse_args(argv))
-        server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(pod))
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        servers.append(server)
-        return RunningSim(pod, server)
+        both = [ThreadingHTTPServer(("127.0.0.1", 0), handler(pod)) for handler in (make_handler, make_control_handler)]
+        for server in both:
+            server.daemon_threads = True
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        servers.extend(both)
+        return RunningSim(pod, *both)
 
     yield start
     for server in servers:

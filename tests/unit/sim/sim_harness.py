@@ -19,7 +19,8 @@ SCENARIO = {
 
 
 class RunningSim:
-    def __init__(self, pod: PodControl, server: ThreadingHTTPServer) -> None:
-        self.pod, self.server = pod, server
+    def __init__(self, pod: PodControl, server: ThreadingHTTPServer, controls: ThreadingHTTPServer) -> None:
+        self.pod, self.server, self.controls = pod, server, controls
         host, port = server.server_address[:2]
         self.url = f"http://{host}:{port}"
+        self.control_url = "http://{}:{}".format(*controls.server_address[:2])

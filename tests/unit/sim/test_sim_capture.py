@@ -35,7 +35,7 @@ def _shards(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
 def test_capture_writes_trainer_shards_to_s3(start_sim: Any, s3: Any) -> None:
     s3.create_bucket(Bucket="tide")
     sim = start_sim()
-    client = sc.ServingControlClient(sim.url, TOKEN)
+    client = sc.ServingControlClient(sim.control_url, TOKEN)
     state = client.set_capture(sc.CaptureRequest(enabled=True, sampling_rate=1.0, destination="s3://tide/captures/"))
     assert state.enabled
     _complete(sim.url, 5)
@@ -65,13 +65,13 @@ def test_capture_writes_trainer_shards_to_s3(start_sim: Any, s3: Any) -> None:
 def test_capture_without_a_destination_is_refused(start_sim: Any) -> None:
     sim = start_sim()
     with pytest.raises(sc.ServingControlError) as err:
-        sc.ServingControlClient(sim.url, TOKEN).set_capture(sc.CaptureRequest(enabled=True))
+        sc.ServingControlClient(sim.control_url, TOKEN).set_capture(sc.CaptureRequest(enabled=True))
     assert (err.value.status, err.value.code) == (400, sc.ErrorCode.INVALID_REQUEST)
 
 
 def test_a_failed_upload_counts_a_write_error(start_sim: Any, s3: Any) -> None:
     sim = start_sim()
-    client = sc.ServingControlClient(sim.url, TOKEN)
+    client = sc.ServingControlClient(sim.control_url, TOKEN)
     client.set_capture(sc.CaptureRequest(enabled=True, sampling_rate=1.0, destination="s3://no-such-bucket/c/"))
     _complete(sim.url, 2)
     state = client.set_capture(sc.CaptureRequest(enabled=False))

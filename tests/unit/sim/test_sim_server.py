@@ -37,7 +37,7 @@ def _value(families: dict[str, Any], family: str, sample: str, **labels: str) ->
 
 
 def _client(sim: RunningSim, token: str = TOKEN) -> sc.ServingControlClient:
-    return sc.ServingControlClient(sim.url, token, timeout_s=10)
+    return sc.ServingControlClient(sim.control_url, token, timeout_s=10)
 
 
 def test_command_line_is_vllms_and_unknown_flags_are_ignored() -> None:
@@ -106,9 +106,41 @@ def test_control_routes_need_the_bearer_token(start_sim: Any, monkeypatch: pytes
     assert (err.value.status, err.value.code) == (503, sc.ErrorCode.NOT_CONFIGURED)
 
 
+def test_control_routes_live_only_on_the_control_port(start_sim: Any) -> None:
+    sim = start_sim()
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(urllib.request.Request(sim.url + sc.STATUS_ROUTE,
+                                                      headers={"Authorization": f"Bearer {TOKEN}"}), timeout=10)
+    assert err.value.code == 404
+    assert _client(sim, TOKEN).status().model_name == "chat"
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(sim.control_url + "/v1/models", timeout=10)
+    assert err.value.code == 404
+
+
+def test_a_rotated_token_file_is_accepted_without_a_restart(start_sim: Any, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    token_file = tmp_path / "control" / "token"
+    token_file.parent.mkdir()
+    token_file.write_text("first")
+    monkeypatch.setenv("TIDE_CONTROL_TOKEN_FILE", str(token_file))
+    sim = start_sim()
+    assert _client(sim, "first").status().model_name == "chat"
+    token_file.write_text("second")
+    (token_file.parent / "previous-token").write_text("first")
+    assert _client(sim, "second").status().model_name == "chat"
+    assert _client(sim, "first").status().model_name == "chat"  # the rotation's grace
+    (token_file.parent / "previous-token").unlink()
+    with pytest.raises(sc.ServingControlError) as err:
+        _client(sim, "first").status()
+    assert err.value.code is sc.ErrorCode.UNAUTHORIZED
+    with pytest.raises(sc.ServingControlError):  # a named file wins over TIDE_CONTROL_TOKEN
+        _client(sim, TOKEN).status()
+
+
 def test_unknown_request_fields_are_invalid(start_sim: Any) -> None:
     sim = start_sim()
-    request = urllib.request.Request(sim.url + sc.SPECULATION_ROUTE, data=b'{"enabled": true, "typo": 1}',
+    request = urllib.request.Request(sim.control_url + sc.SPECULATION_ROUTE, data=b'{"enabled": true, "typo": 1}',
                                      method="POST", headers={"Authorization": f"Bearer {TOKEN}"})
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(request, timeout=10)
