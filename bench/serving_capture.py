@@ -146,7 +146,7 @@ def main() -> int:
         server = start_server(ServerConfig(target=models.target, draft=models.good_draft,
                                            log_path=work / "server.log", env=env))
         try:
-            ctl = sc.ServingControlClient(server.base_url, TOKEN, timeout_s=300)
+            ctl = sc.ServingControlClient(server.control_url, TOKEN, timeout_s=300)
             rates, engine_share = measure_capture(server, ctl, "s3://bench/captures", args)
             counters = ctl.status().capture.counters
             swaps = measure_swaps(server, ctl, drafts, args)

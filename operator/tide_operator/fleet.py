@@ -1,7 +1,7 @@
 """The vLLM pods of one TideDeployment, driven through the serving plugin's control routes.
 
-Pods are reached by pod IP on the serving port (the NetworkPolicy lets only the operator in),
-authenticated with the per-deployment token from the control Secret.
+Pods are reached by pod IP on the plugin's control port (the NetworkPolicy lets only the operator
+in), authenticated with the per-deployment token from the control Secret.
 """
 
 from __future__ import annotations
@@ -39,6 +39,24 @@ class RestartRequired(EffectError):
         super().__init__(message, Reason.SERVING_PODS_UNREACHABLE)
 
 
+class _RotatingClient:
+    """During a token rotation: a pod whose kubelet has not yet delivered the new token answers 401 to
+    it; the same call goes again with the previous one (still in the Secret for the grace period)."""
+
+    def __init__(self, current: Any, previous: Any) -> None:
+        self._current, self._previous = current, previous
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return getattr(self._current, method)(*args, **kwargs)
+            except ServingControlError as e:
+                if e.code is not ErrorCode.UNAUTHORIZED:
+                    raise
+                return getattr(self._previous, method)(*args, **kwargs)
+        return call
+
+
 @dataclass(frozen=True)
 class ServingPod:
     name: str
@@ -47,13 +65,15 @@ class ServingPod:
 
 
 class Fleet:
-    def __init__(self, pods: Sequence[ServingPod], port: int, token: str,
+    def __init__(self, pods: Sequence[ServingPod], port: int, token: str, previous_token: str = "",
                  client_factory: ClientFactory = ServingControlClient) -> None:
         self.pods = [p for p in pods if p.ip]
-        self.port, self.token, self._client = port, token, client_factory
+        self.port, self.token, self.previous_token, self._client = port, token, previous_token, client_factory
 
     def client(self, pod: ServingPod) -> Any:
-        return self._client(f"http://{pod.ip}:{self.port}", self.token)
+        url = f"http://{pod.ip}:{self.port}"
+        current = self._client(url, self.token)
+        return _RotatingClient(current, self._client(url, self.previous_token)) if self.previous_token else current
 
     def _each(self, what: str, call: Callable[[Any], Any], pods: Sequence[ServingPod] | None = None) -> None:
         """Call every (ready) pod; one failure fails the effect, naming each pod and why.

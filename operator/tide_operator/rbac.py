@@ -44,8 +44,9 @@ NAMESPACED = (
           "the vLLM Deployment: read, create if absent, patch its drift; garbage collection deletes it"),
     Grant("", ("services", "configmaps"), ("get", "create", "patch"),
           "the vLLM Service and ConfigMap, like the Deployment"),
-    Grant("", ("secrets",), ("get", "create"),
-          "the control-token Secret, created once; reading the S3 credentials Secret a spec names"),
+    Grant("", ("secrets",), ("get", "create", "patch"),
+          "the control-token Secret: created, rotated on tide.dev/rotate-token; reading the S3 credentials "
+          "Secret a spec names"),
     Grant("batch", ("jobs",), ("get", "list", "create", "delete"),
           "trainer Jobs: read before create or delete (owner UID), listed by the training sensor"),
     Grant("", ("events",), ("create",), "Kopf posts core/v1 Events, one per decision"),
@@ -69,6 +70,7 @@ NAMESPACE_SCANNING = (
 # Granted but not called in the namespaced serving run that the audit test records, and why.
 UNSEEN_IN_A_SERVING_RUN: dict[Permission, str] = {
     (GROUP, f"{PLURAL}/finalizers", "update"): "an authorization check at admission, never a request",
+    ("", "secrets", "patch"): "only a token rotation patches the Secret (test_control_token_rotation)",
     ("batch", "jobs", "create"): "a trainer Job starts only once enough captures are buffered (test_promotion)",
     ("batch", "jobs", "delete"): "a trainer Job the control loop cancels (unit: test_effect_reasons)",
     ("batch", "jobs", "list"): "the training sensor lists Jobs only while a training run is open (test_promotion)",

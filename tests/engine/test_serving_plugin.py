@@ -46,7 +46,7 @@ def server(tiny_models, s3_endpoint: str, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.fixture(scope="module")
 def client(server) -> sc.ServingControlClient:
-    return sc.ServingControlClient(server.base_url, TOKEN, timeout_s=120)
+    return sc.ServingControlClient(server.control_url, TOKEN, timeout_s=120)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_completions_metrics_and_status(server, client, bigram) -> None:
     assert status.speculation.enabled
     assert status.speculation.runtime_control
     with pytest.raises(sc.ServingControlError) as denied:
-        sc.ServingControlClient(server.base_url, "wrong-token").status()
+        sc.ServingControlClient(server.control_url, "wrong-token").status()
     assert denied.value.status == 401
     assert denied.value.code is sc.ErrorCode.UNAUTHORIZED
 

@@ -36,7 +36,7 @@ def test_rolled_off_proposes_no_drafts_and_still_captures(server, tiny_models) -
     from tide_serving.testing.server import complete, metric_value, metrics_text
     from tide_serving.testing.tiny_models import bigram_next
 
-    client = sc.ServingControlClient(server.base_url, TOKEN, timeout_s=120)
+    client = sc.ServingControlClient(server.control_url, TOKEN, timeout_s=120)
     status = client.status()
     assert status.draft is not None  # the draft is still loaded: hot swaps keep working
     assert not status.speculation.runtime_control

@@ -4,6 +4,7 @@ a pod launched without the plugin's scheduler says speculation needs a restart (
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from serving_vllm_helpers import TOKEN, make_bucket, upload_dir
@@ -30,11 +31,20 @@ def promoted_registry(tiny_models, s3_endpoint: str, tmp_path_factory: pytest.Te
 
 
 @pytest.fixture(scope="module")
-def server(tiny_models, promoted_registry: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As the operator mounts the control-token Secret: a file, re-read on change."""
+    path = tmp_path_factory.mktemp("control") / "token"
+    path.write_text(TOKEN)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models, promoted_registry: str, token_file: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from tide_serving.testing.server import ServerConfig, start_server
 
     tmp = tmp_path_factory.mktemp("startup")
-    env = {sc.CONTROL_TOKEN_ENV: TOKEN, "TIDE_STATE_DIR": str(tmp / "state"),
+    env = {sc.CONTROL_TOKEN_FILE_ENV: str(token_file), "TIDE_STATE_DIR": str(tmp / "state"),
            "TIDE_TARGET_REVISION": "tiny-bigram-1", "TIDE_REGISTRY_URI": promoted_registry}
     srv = start_server(ServerConfig(target=tiny_models.target, draft=tiny_models.random_draft,
                                     log_path=tmp / "server.log", env=env, switch_scheduler=False))
@@ -47,7 +57,7 @@ def server(tiny_models, promoted_registry: str, tmp_path_factory: pytest.TempPat
 def test_starts_with_the_promoted_draft(server, promoted_registry: str) -> None:
     from tide_serving.testing.server import complete, metric_value, metrics_text
 
-    status = sc.ServingControlClient(server.base_url, TOKEN).status()
+    status = sc.ServingControlClient(server.control_url, TOKEN).status()
     assert status.draft is not None
     assert status.draft.version == "v7"
     assert status.draft.source == f"{promoted_registry}/drafts/v7"
@@ -64,9 +74,32 @@ def test_starts_with_the_promoted_draft(server, promoted_registry: str) -> None:
 
 
 def test_speculation_switch_without_the_plugin_scheduler_needs_a_restart(server) -> None:
-    client = sc.ServingControlClient(server.base_url, TOKEN)
+    client = sc.ServingControlClient(server.control_url, TOKEN)
     assert not client.status().speculation.runtime_control
     with pytest.raises(sc.ServingControlError) as refused:
         client.set_speculation(sc.SpeculationRequest(enabled=False))
     assert refused.value.status == 409
     assert refused.value.code is sc.ErrorCode.RESTART_REQUIRED
+
+
+def test_control_routes_have_their_own_port_and_follow_the_token_file(server, token_file: Path) -> None:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(server.base_url + sc.STATUS_ROUTE, headers={"Authorization": f"Bearer {TOKEN}"})
+    with pytest.raises(urllib.error.HTTPError) as on_api_port:
+        urllib.request.urlopen(request, timeout=30)
+    assert on_api_port.value.code == 404  # not on the OpenAI API port
+    try:
+        token_file.write_text("rotated")
+        (token_file.parent / "previous-token").write_text(TOKEN)
+        assert sc.ServingControlClient(server.control_url, "rotated").status().draft is not None
+        assert sc.ServingControlClient(server.control_url, TOKEN).status().draft is not None  # the grace
+        (token_file.parent / "previous-token").unlink()
+        with pytest.raises(sc.ServingControlError) as refused:
+            sc.ServingControlClient(server.control_url, TOKEN).status()
+        assert refused.value.code is sc.ErrorCode.UNAUTHORIZED
+    finally:
+        token_file.write_text(TOKEN)
+    assert sc.ServingControlClient(server.control_url, TOKEN).status().draft is not None
+

@@ -21,7 +21,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tide_contracts.registry import DraftRegistry, FileEntry, Manifest
-from tide_contracts.serving_control import ServingControlClient, ServingControlError
+from tide_contracts.serving_control import DEFAULT_CONTROL_PORT, ServingControlClient, ServingControlError
 from tide_e2e.sim_draft import CAPTURE, TRAINER_ARGS, seed_draft_files  # noqa: F401 (re-exported to the tests)
 from tide_operator.api import GROUP, PLURAL, VERSION
 
@@ -131,7 +131,7 @@ def pod_drafts(kube: Any, namespace: str) -> dict[str, str | None]:
     for p in sorted(pods, key=lambda p: p.metadata.name):
         if p.status.pod_ip and not p.metadata.deletion_timestamp:
             try:
-                draft = ServingControlClient(f"http://{p.status.pod_ip}:8000", token).status().draft
+                draft = ServingControlClient(f"http://{p.status.pod_ip}:{DEFAULT_CONTROL_PORT}", token).status().draft
             except (ServingControlError, OSError):
                 continue  # not answering yet
             out[p.metadata.name] = draft.version if draft else None

@@ -21,7 +21,7 @@ from kubernetes import client
 
 from tests.integration.kubewait import wait_for
 from tests.integration.promotion_flow import sim_operator_config
-from tide_contracts.serving_control import ServingControlClient
+from tide_contracts.serving_control import DEFAULT_CONTROL_PORT, ServingControlClient
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 from tide_operator.api import GROUP, PLURAL, VERSION
 
@@ -95,7 +95,7 @@ def pods_speculating(kube, namespace: str) -> list[bool]:
     secret = core.read_namespaced_secret("chat-control", namespace)
     token = base64.b64decode(secret.data["token"]).decode()
     pods = core.list_namespaced_pod(namespace, label_selector="tide.dev/deployment=chat").items
-    return [ServingControlClient(f"http://{p.status.pod_ip}:8000", token).status().speculation.enabled
+    return [ServingControlClient(f"http://{p.status.pod_ip}:{DEFAULT_CONTROL_PORT}", token).status().speculation.enabled
             for p in pods if p.status.pod_ip and not p.metadata.deletion_timestamp and any(
                 c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
 

@@ -50,11 +50,12 @@ def s3_env() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture
-def sim(tmp_path: Path, s3_env: dict[str, str]) -> Iterator[str]:
+def sim(tmp_path: Path, s3_env: dict[str, str]) -> Iterator[tuple[str, str]]:
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
-    port = free_port()
+    port, control_port = free_port(), free_port()
     env = {**os.environ, **s3_env, "TIDE_SIM_SCENARIO": str(scenario), "TIDE_CONTROL_TOKEN": TOKEN,
+           "TIDE_CONTROL_PORT": str(control_port),
            "TIDE_TARGET_REVISION": "rev-7", "TIDE_POD_NAME": "chat-vllm-0",
            "TIDE_CAPTURE_URI": "s3://tide/chat/captures/", "TIDE_CAPTURE_SAMPLING_RATE": "1.0"}
     # The arguments the operator's serving manifest passes to `vllm serve` (manifests/serving.py).
@@ -68,7 +69,7 @@ def sim(tmp_path: Path, s3_env: dict[str, str]) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(url, record)
-        yield url
+        yield url, f"http://127.0.0.1:{control_port}"
     finally:
         stop(record, grace_seconds=3)
 
@@ -90,16 +91,17 @@ def _load(url: str, *args: str) -> dict[str, Any]:
     return json.loads(out.stdout)
 
 
-def test_capture_under_load_gives_shards_the_trainer_reads(sim: str, s3_env: dict[str, str],
+def test_capture_under_load_gives_shards_the_trainer_reads(sim: tuple[str, str], s3_env: dict[str, str],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    client = sc.ServingControlClient(sim, TOKEN)
+    api, control = sim
+    client = sc.ServingControlClient(control, TOKEN)
     assert client.status().draft.target_revision == "rev-7"  # type: ignore[union-attr]
     client.set_capture(sc.CaptureRequest(enabled=True))  # destination and rate from the pod's environment
-    summary = _load(sim, "--domain", "arabic", "--rps", "30", "--duration", "1", "--max-tokens", "12")
+    summary = _load(api, "--domain", "arabic", "--rps", "30", "--duration", "1", "--max-tokens", "12")
     assert summary["sent"] == summary["succeeded"] == 30
     state = client.set_capture(sc.CaptureRequest(enabled=False))
     assert state.counters.shards_written >= 1
-    prompt_words = len(LoadSpec(url=sim).prompt.split())
+    prompt_words = len(LoadSpec(url=api).prompt.split())
     assert state.counters.captured_tokens == 30 * (prompt_words + 12)  # prompt rows + generated rows
 
     for key, value in s3_env.items():

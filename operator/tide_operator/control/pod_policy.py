@@ -20,6 +20,7 @@ from tide_operator.config import OperatorConfig
 from tide_operator.manifests import pod
 from tide_operator.manifests.labels import DEPLOYMENT_LABEL
 from tide_operator.manifests.serving import CONTAINER_NAME as SERVING_CONTAINER
+from tide_operator.manifests.serving import CONTROL_TOKEN_VOLUME
 from tide_operator.manifests.trainer import CONTAINER_NAME as TRAINER_CONTAINER
 from tide_operator.manifests.trainer import WORK_VOLUME
 
@@ -30,6 +31,13 @@ POOLS = (("inference", SERVING_CONTAINER), ("training", TRAINER_CONTAINER))
 VOLUME_SOURCES = ("configMap", "secret", "emptyDir", "persistentVolumeClaim")
 # Selector labels: an override changing them would detach the pods from their Deployment.
 RESERVED_LABEL_PREFIXES = (DEPLOYMENT_LABEL.split("/")[0] + "/", "app.kubernetes.io/component")
+# The serving and trainer contracts' variables are the operator's: an override could point a pod at
+# another control port, token file or registry. Capture tuning stays open to the spec's author.
+OPERATOR_ENV_PREFIXES = ("TIDE_",)
+OPERATOR_ENV_NAMES = frozenset({"POD_IP", "VLLM_PLUGINS"})
+TUNABLE_ENV_NAMES = frozenset({"TIDE_CAPTURE_SAMPLING_RATE", "TIDE_CAPTURE_BUFFER_TOKENS", "TIDE_CAPTURE_SHARD_TOKENS",
+                               "TIDE_CAPTURE_FLUSH_S", "TIDE_METRICS_REFRESH_S"})
+OPERATOR_VOLUMES = frozenset({CONTROL_TOKEN_VOLUME})
 # Annotations that switch seccomp or AppArmor off (the Pod Security Standards list them).
 SECURITY_ANNOTATION_PREFIXES = (
     "seccomp.security.alpha.kubernetes.io/",
@@ -59,6 +67,9 @@ def pod_policy_violations(spec: TideDeploymentSpec, config: OperatorConfig) -> l
         scope = _Scope(container, allowed_toleration_keys(config),
                        _volume_names(scheduling.pod_template_override))
         violations += override_violations(f"spec.{pool}.podTemplateOverride", scheduling.pod_template_override, scope)
+    if spec.inference.port == config.serving.control_port:
+        violations.append(("spec.inference.port", f"{spec.inference.port} is the serving plugin's control port "
+                           "(operator configuration serving.controlPort): choose another"))
     return violations
 
 
@@ -185,6 +196,8 @@ def _volume(path: str, value: Any, scope: _Scope) -> list[Violation]:
     violations = _object({"name": _anything, **dict.fromkeys(VOLUME_SOURCES, _anything)})(path, value, scope)
     if isinstance(value, dict) and not isinstance(value.get("name"), str):
         violations.append((f"{path}.name", "is required"))
+    if isinstance(value, dict) and value.get("name") in OPERATOR_VOLUMES:
+        violations.append((f"{path}.name", f"{value['name']!r} is the operator's volume (the control token)"))
     return violations
 
 
@@ -205,7 +218,15 @@ def _quantities(path: str, value: Any, scope: _Scope) -> list[Violation]:
 
 
 def _env_var(path: str, value: Any, scope: _Scope) -> list[Violation]:
-    return _object({"name": _anything, "value": _anything, "valueFrom": _anything})(path, value, scope)
+    violations = _object({"name": _anything, "value": _anything, "valueFrom": _anything})(path, value, scope)
+    name = value.get("name") if isinstance(value, dict) else None
+    if isinstance(name, str) and operator_env(name):
+        violations.append((f"{path}.name", f"{name} is set by the operator (serving and trainer contracts)"))
+    return violations
+
+
+def operator_env(name: str) -> bool:
+    return name not in TUNABLE_ENV_NAMES and (name in OPERATOR_ENV_NAMES or name.startswith(OPERATOR_ENV_PREFIXES))
 
 
 def _container(path: str, value: Any, scope: _Scope) -> list[Violation]:

@@ -49,6 +49,7 @@ class RunningServer:
     base_url: str
     model_name: str
     log_path: Path
+    control_url: str = ""  # the plugin's control routes, on their own port
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -82,12 +83,14 @@ def _command(cfg: ServerConfig, port: int) -> list[str]:
 def start_server(cfg: ServerConfig, timeout_s: float = 240.0) -> RunningServer:
     port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1",
-           **({"VLLM_PLUGINS": "tide_control"} if cfg.plugin else {}), **cfg.env}
+           **({"VLLM_PLUGINS": "tide_control"} if cfg.plugin else {}), "TIDE_CONTROL_PORT": str(free_port()),
+           **cfg.env}
     cfg.log_path.parent.mkdir(parents=True, exist_ok=True)
     with cfg.log_path.open("wb") as log:
         proc = subprocess.Popen(_command(cfg, port), stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-    server = RunningServer(proc, f"http://127.0.0.1:{port}", cfg.model_name, cfg.log_path)
+    server = RunningServer(proc, f"http://127.0.0.1:{port}", cfg.model_name, cfg.log_path,
+                           control_url=f"http://127.0.0.1:{env['TIDE_CONTROL_PORT']}")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -184,13 +184,15 @@ def test_network_policy_admits_only_operator_prometheus_and_clients(everything: 
     policies = [o for o in everything if o["kind"] == "NetworkPolicy"]
     assert sorted(p["metadata"]["namespace"] for p in policies) == ["batch", "llm"]
     operator_labels = only(everything, "Deployment")["spec"]["selector"]["matchLabels"]
-    (rule,) = policies[0]["spec"]["ingress"]
+    rule, control = policies[0]["spec"]["ingress"]
     assert rule["ports"] == [{"port": 8000, "protocol": "TCP"}]
     operator_peer, prometheus_peer, client_peer = rule["from"]
     assert operator_peer["podSelector"]["matchLabels"] == operator_labels
     assert operator_peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": NAMESPACE}
     assert prometheus_peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "monitoring"}
     assert client_peer == {"podSelector": {"matchLabels": {"app": "gateway"}}}
+    # The control routes' own port (named in the serving pod): the operator and no one else.
+    assert control == {"ports": [{"port": "tide-control", "protocol": "TCP"}], "from": [operator_peer]}
 
 
 def test_config_change_rolls_the_operator_pod() -> None:

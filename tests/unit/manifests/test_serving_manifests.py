@@ -131,7 +131,10 @@ def test_environment() -> None:
     assert env["AWS_ENDPOINT_URL"] == "http://minio.storage:9000"
     assert env["AWS_DEFAULT_REGION"] == "us-east-1"
     assert env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] == "0"
-    assert env["TIDE_CONTROL_TOKEN"] == {"secretKeyRef": {"name": "chat-control", "key": "token"}}
+    # The token is a mounted file the plugin re-reads (rotation without restarts), never an env value.
+    assert "TIDE_CONTROL_TOKEN" not in env
+    assert env["TIDE_CONTROL_TOKEN_FILE"] == "/var/run/tide/control/token"
+    assert env["TIDE_CONTROL_PORT"] == "8081"
     assert env["TIDE_TARGET_REVISION"] == "5f1c0e2"
     assert env["TIDE_REGISTRY_URI"] == "s3://tide/llm/chat"
     assert env["TIDE_CAPTURE_URI"] == "s3://tide/llm/chat/captures/"
@@ -157,7 +160,8 @@ def test_switching_capture_off_in_the_spec_changes_no_pod_template() -> None:
 def test_probe_port_and_shared_memory() -> None:
     deployment = _deployment(spec_with(inference={"port": 8080}))
     container = _container(deployment)
-    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                                  {"name": "tide-control", "containerPort": 8081, "protocol": "TCP"}]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
     # A dead engine (503) is restarted, a loaded one (slow answers) is not, loading has its own budget.
@@ -165,9 +169,12 @@ def test_probe_port_and_shared_memory() -> None:
     assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
     assert liveness["timeoutSeconds"] > container["readinessProbe"]["timeoutSeconds"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
-    assert container["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert container["volumeMounts"] == [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "control-token", "mountPath": "/var/run/tide/control", "readOnly": True}]
     volumes = deployment["spec"]["template"]["spec"]["volumes"]
-    assert volumes == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}]
+    assert volumes == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+                       {"name": "control-token", "secret": {"secretName": "chat-control", "defaultMode": 0o444}}]
 
 
 @pytest.mark.parametrize(

@@ -91,6 +91,15 @@ REFUSED = [
     ("priority class", _spec(priorityClassName="system-cluster-critical"), f"{INF}.priorityClassName"),
     ("operator's service account", _spec(serviceAccountName="tide-operator"), f"{INF}.serviceAccountName"),
     ("typed toleration", _spec(tolerations=[{"operator": "Exists"}]), f"{INF}.tolerations[0].key"),
+    ("control token file redirected", _vllm(env=[{"name": "TIDE_CONTROL_TOKEN_FILE", "value": "/tmp/mine"}]),
+     f"{OVR}.spec.containers[0].env[0].name"),
+    ("control port moved", _vllm(env=[{"name": "TIDE_CONTROL_PORT", "value": "8000"}]),
+     f"{OVR}.spec.containers[0].env[0].name"),
+    ("registry redirected", _vllm(env=[{"name": "TIDE_REGISTRY_URI", "value": "s3://other-team/x"}]),
+     f"{OVR}.spec.containers[0].env[0].name"),
+    ("control token volume replaced", _pod({"volumes": [{"name": "control-token", "secret": {"secretName": "mine"}}]}),
+     f"{OVR}.spec.volumes[0].name"),
+    ("API port on the control port", _spec(port=8081), f"{INF}.port"),
     ("trainer hostNetwork", _pod({"hostNetwork": True}, pool="training"),
      f"{TRAIN}.podTemplateOverride.spec.hostNetwork"),
     ("trainer image", _spec("training", image="docker.io/evil/trainer:1"), f"{TRAIN}.image"),
@@ -109,6 +118,8 @@ def test_each_escalation_is_refused_naming_its_field(raw: dict[str, Any], field:
 
 def test_a_plain_spec_and_the_operators_own_images_are_admitted() -> None:
     assert pod_policy_violations(parse_spec(BASE), CONFIG) == []
+    tuning = _vllm(env=[{"name": "TIDE_CAPTURE_SAMPLING_RATE", "value": "0.5"}, {"name": "HF_HOME", "value": "/c"}])
+    assert pod_policy_violations(parse_spec(tuning), CONFIG) == []
     own = _spec(image="ghcr.io/tide-operator/vllm-tide:v0.34.0", tolerations=[{"key": "nvidia.com/gpu",
                                                                                "operator": "Exists"}])
     own["training"] = {"image": "ghcr.io/tide-operator/tide-trainer@sha256:" + "0" * 64,
