@@ -142,7 +142,9 @@ def main() -> int:
 
         boto3.client("s3").create_bucket(Bucket="bench")
         env = {sc.CONTROL_TOKEN_ENV: TOKEN, "TIDE_STATE_DIR": str(work / "state"),
-               "TIDE_TARGET_REVISION": "tiny-bigram-1", "TIDE_CAPTURE_FLUSH_S": "2"}
+               "TIDE_TARGET_REVISION": "tiny-bigram-1", "TIDE_CAPTURE_FLUSH_S": "2",
+               # Pinned prefixes: captures under the bench bucket, drafts from the local registry.
+               "TIDE_CAPTURE_URI": "s3://bench/captures", "TIDE_LOCAL_DRAFTS_DIR": str(work / "reg")}
         server = start_server(ServerConfig(target=models.target, draft=models.good_draft,
                                            log_path=work / "server.log", env=env))
         try:

@@ -65,6 +65,7 @@ class ErrorCode(StrEnum):
     RESTART_REQUIRED = "restart_required"
     UNSUPPORTED_ENGINE = "unsupported_engine"
     ENGINE_ERROR = "engine_error"
+    FORBIDDEN = "forbidden"  # a draft source or capture destination outside the pod's pinned prefixes
 
 
 ERROR_HTTP_STATUS: dict[ErrorCode, int] = {
@@ -80,6 +81,7 @@ ERROR_HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.RESTART_REQUIRED: 409,
     ErrorCode.UNSUPPORTED_ENGINE: 503,
     ErrorCode.ENGINE_ERROR: 500,
+    ErrorCode.FORBIDDEN: 403,
 }
 
 
@@ -99,6 +101,10 @@ class DraftLoadRequest(_Request):
 
     source: str = Field(min_length=1, description="s3://bucket/prefix/drafts/vN or a pod-local directory")
     version: str | None = Field(default=None, description="expected manifest version (refused if different)")
+    manifest_sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$",
+        description="expected sha256 of the source's manifest.json, known to the caller from elsewhere than the "
+        "source (refused if different); optional within version 1, so older plugins keep working when unset")
 
 
 class CaptureRequest(_Request):

@@ -7,6 +7,7 @@ breaks the simulator's tests, not the operator's integration tier.
 from __future__ import annotations
 
 import hmac
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from tide_contracts import serving_control as sc
 from tide_contracts.control_token import ControlTokens
+from tide_contracts.pinning import LOCAL_DRAFTS_DIR_ENV, capture_destination_refusal, draft_source_refusal
 from tide_vllm_sim.capture import CaptureRecorder
 from tide_vllm_sim.drafts import DraftLoadError, verify_draft
 from tide_vllm_sim.engine import SimEngine
@@ -40,6 +42,10 @@ class PodControl:
     launch_source: str | None = None  # --speculative-config's model as given: going back to it needs no manifest
     launch_version: str = "initial"
     tokens: ControlTokens = field(default_factory=ControlTokens.from_environment)
+    # Where drafts may come from and captures go (tide_contracts.pinning), as the plugin reads them.
+    registry_uri: str | None = field(default_factory=lambda: os.environ.get("TIDE_REGISTRY_URI") or None)
+    capture_uri: str | None = field(default_factory=lambda: os.environ.get("TIDE_CAPTURE_URI") or None)
+    local_drafts_dir: str | None = field(default_factory=lambda: os.environ.get(LOCAL_DRAFTS_DIR_ENV) or None)
     swap_results: dict[str, int] = field(default_factory=dict)
     last_pause_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
@@ -71,12 +77,16 @@ class PodControl:
         previous = self.engine.draft_version
         if previous is None:
             raise DraftLoadError(sc.ErrorCode.RESTART_REQUIRED, "pod was launched without --speculative-config")
+        if refusal := draft_source_refusal(request.source, self.registry_uri, (self.launch_source or "",),
+                                           self.local_drafts_dir):
+            self._count("refused")
+            raise DraftLoadError(sc.ErrorCode.FORBIDDEN, refusal)
         if not self._swap_lock.acquire(blocking=False):
             raise DraftLoadError(sc.ErrorCode.SWAP_IN_PROGRESS, "another draft load is running on this pod")
         started = time.monotonic()
         try:
             version = self._launch_version(request) or verify_draft(request.source, request.version,
-                                                                    self.target_revision)
+                                                                    self.target_revision, request.manifest_sha256)
         except DraftLoadError:
             self._count("refused")
             raise
@@ -113,6 +123,9 @@ class PodControl:
         if request.enabled and self.engine.draft_version is None:
             raise DraftLoadError(sc.ErrorCode.RESTART_REQUIRED,
                                  "a pod launched without --speculative-config computes no auxiliary states")
+        if request.destination is not None and (refusal := capture_destination_refusal(
+                request.destination, self.registry_uri, self.capture_uri)):
+            raise DraftLoadError(sc.ErrorCode.FORBIDDEN, refusal)
         try:
             self.capture.configure(request.enabled, request.sampling_rate, request.destination)
         except ValueError as err:

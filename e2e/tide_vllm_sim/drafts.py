@@ -26,9 +26,10 @@ class DraftLoadError(Exception):
         self.message = message
 
 
-def verify_draft(source: str, expected_version: str | None, target_revision: str) -> str:
+def verify_draft(source: str, expected_version: str | None, target_revision: str,
+                 manifest_sha256: str | None = None) -> str:
     """The version `source` holds, after every check the plugin makes; DraftLoadError otherwise."""
-    manifest = _manifest(source)
+    manifest = _manifest(source, manifest_sha256)
     for name in REQUIRED_FILES:
         if name not in manifest.files:
             raise DraftLoadError(ErrorCode.MANIFEST_INVALID, f"{source}: manifest does not list {name}")
@@ -54,8 +55,10 @@ def promoted_source(registry_uri: str) -> tuple[str, str]:
     return join(registry_uri, "drafts", pointer.version), pointer.version
 
 
-def _manifest(source: str) -> Manifest:
+def _manifest(source: str, expected_sha256: str | None = None) -> Manifest:
     raw = _read(join(source, MANIFEST_FILE), ErrorCode.SOURCE_UNAVAILABLE)
+    if expected_sha256 and hashlib.sha256(raw).hexdigest() != expected_sha256:
+        raise DraftLoadError(ErrorCode.CHECKSUM_MISMATCH, f"{source}/{MANIFEST_FILE}: sha256 is not the caller's")
     try:
         return Manifest.model_validate(json.loads(raw))
     except (ValueError, ValidationError) as err:

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tide_contracts import serving_control as sc
+from tide_contracts.pinning import capture_destination_refusal, draft_source_refusal
+from tide_contracts.registry import MANIFEST_FILE
 from tide_serving import PLUGIN_VERSION
 from tide_serving.draft_fetch import fetch_draft, fetch_launch_draft, promoted_source
 from tide_serving.draft_source import (
@@ -23,6 +25,7 @@ from tide_serving.draft_source import (
     DraftRefused,
     VerifiedDraft,
     architecture_from_config,
+    sha256_of,
     verify_draft_dir,
 )
 from tide_serving.settings import ServingSettings
@@ -130,6 +133,9 @@ class ControlState:
                                  "capture needs a destination: none in the request, TIDE_CAPTURE_URI unset")
         if req.destination is not None and not req.destination.startswith("s3://"):
             raise ControlFailure(sc.ErrorCode.INVALID_REQUEST, "destination must be s3://bucket/prefix")
+        if req.destination is not None and (refusal := capture_destination_refusal(
+                req.destination, self.settings.registry_uri, self.settings.capture_uri)):
+            raise ControlFailure(sc.ErrorCode.FORBIDDEN, refusal)
         try:
             await self.engine.collective_rpc("tide_set_capture", timeout=60,
                                              args=(req.enabled, req.sampling_rate, req.destination))
@@ -154,6 +160,11 @@ class ControlState:
     async def load_draft(self, req: sc.DraftLoadRequest) -> sc.DraftLoadResult:
         if self.swap_lock.locked():
             raise ControlFailure(sc.ErrorCode.SWAP_IN_PROGRESS, "another draft load is running on this pod")
+        if refusal := draft_source_refusal(req.source, self.settings.registry_uri,
+                                           (self.launch_dir or "", self.launch_source or ""),
+                                           self.settings.local_drafts_dir):
+            self.swap_results["refused"] += 1
+            raise ControlFailure(sc.ErrorCode.FORBIDDEN, refusal)
         async with self.swap_lock:
             w = await self.refresh()
             self._require_supported()
@@ -201,6 +212,10 @@ class ControlState:
 
     def _fetch_and_verify(self, req: sc.DraftLoadRequest, worker: dict[str, Any]) -> VerifiedDraft:
         path = fetch_draft(req.source, self.settings.downloads_dir)
+        if req.manifest_sha256 and (actual := sha256_of(path / MANIFEST_FILE)) != req.manifest_sha256:
+            raise DraftRefused(sc.ErrorCode.CHECKSUM_MISMATCH,
+                               f"{req.source}/{MANIFEST_FILE}: sha256 {actual[:12]}… is not the caller's "
+                               f"{req.manifest_sha256[:12]}…")
         return verify_draft_dir(path, serving_revision=self.settings.target_revision,
                                 serving=DraftArchitecture.from_json(worker["architecture"]),
                                 expected_version=req.version,

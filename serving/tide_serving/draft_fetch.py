@@ -19,6 +19,8 @@ from tide_contracts.serving_control import ErrorCode
 from tide_serving.draft_source import DraftRefused, parse_manifest
 
 KEEP_DOWNLOADS = 3  # the new draft, the serving one and the previous one (restore on failure)
+MAX_MANIFEST_BYTES = 1 << 20  # a manifest lists a few files; anything larger is not one
+CHUNK = 1 << 20
 
 
 def split_s3(uri: str) -> tuple[str, str]:
@@ -34,13 +36,23 @@ def _s3_client() -> Any:
     return boto3.client("s3")
 
 
-def _get(client: Any, bucket: str, key: str) -> bytes:
+def _download(client: Any, bucket: str, key: str, dest: Path, limit: int) -> int:
+    """Stream one object to ``dest`` (never whole in memory); refused past ``limit`` bytes."""
     from botocore.exceptions import BotoCoreError, ClientError
 
+    written = 0
     try:
-        return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        body = client.get_object(Bucket=bucket, Key=key)["Body"]
+        with dest.open("wb") as out:
+            for chunk in body.iter_chunks(CHUNK):
+                written += len(chunk)
+                if written > limit:
+                    raise DraftRefused(ErrorCode.CHECKSUM_MISMATCH, f"s3://{bucket}/{key}: larger than the "
+                                       f"{limit} bytes the manifest lists; download stopped")
+                out.write(chunk)
     except (BotoCoreError, ClientError) as err:
         raise DraftRefused(ErrorCode.SOURCE_UNAVAILABLE, f"s3://{bucket}/{key}: {err}") from err
+    return written
 
 
 def fetch_draft(source: str, downloads: Path) -> Path:
@@ -52,15 +64,18 @@ def fetch_draft(source: str, downloads: Path) -> Path:
         return path
     bucket, prefix = split_s3(source)
     client = _s3_client()
-    manifest_bytes = _get(client, bucket, f"{prefix}/{MANIFEST_FILE}")
-    names = parse_manifest(manifest_bytes, f"{source}/{MANIFEST_FILE}").files
+    downloads.mkdir(parents=True, exist_ok=True)
+    staging = downloads / ".manifest"
+    _download(client, bucket, f"{prefix}/{MANIFEST_FILE}", staging, MAX_MANIFEST_BYTES)
+    manifest_bytes = staging.read_bytes()
+    files = parse_manifest(manifest_bytes, f"{source}/{MANIFEST_FILE}").files
     target = downloads / hashlib.sha256(manifest_bytes).hexdigest()[:16]
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    (target / MANIFEST_FILE).write_bytes(manifest_bytes)
-    for name in names:
-        (target / name).write_bytes(_get(client, bucket, f"{prefix}/{name}"))
+    staging.replace(target / MANIFEST_FILE)
+    for name, entry in files.items():  # each file bounded by the size the manifest gives it
+        _download(client, bucket, f"{prefix}/{name}", target / name, entry.bytes)
     prune_downloads(downloads, KEEP_DOWNLOADS)
     return target
 
@@ -97,16 +112,16 @@ def _fetch_s3_prefix(source: str, target: Path) -> Path:
     client = _s3_client()
     try:
         pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/", Delimiter="/")
-        keys = [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+        objects = [(obj["Key"], int(obj["Size"])) for page in pages for obj in page.get("Contents", [])]
     except (BotoCoreError, ClientError) as err:
         raise DraftRefused(ErrorCode.SOURCE_UNAVAILABLE, f"{source}: listing the launch draft: {err}") from err
-    if not keys:
+    if not objects:
         raise DraftRefused(ErrorCode.SOURCE_UNAVAILABLE, f"{source}: no objects under the launch draft's prefix")
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    for key in keys:
-        (target / key.rsplit("/", 1)[-1]).write_bytes(_get(client, bucket, key))
+    for key, size in objects:  # no manifest: bounded by the listed size
+        _download(client, bucket, key, target / key.rsplit("/", 1)[-1], size)
     (target / ".complete").touch()  # a partial copy from a failed fetch is fetched again
     return target
 

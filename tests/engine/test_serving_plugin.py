@@ -29,13 +29,16 @@ def bucket(s3_endpoint: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_models, s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def server(tiny_models, bucket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from tide_serving.testing.server import ServerConfig, start_server
 
     tmp = tmp_path_factory.mktemp("serving")
     env = {sc.CONTROL_TOKEN_ENV: TOKEN, "TIDE_STATE_DIR": str(tmp / "state"), "TIDE_POD_NAME": "pod-a",
            "TIDE_TARGET_REVISION": "tiny-bigram-1", "TIDE_CAPTURE_FLUSH_S": "0.5",
-           "TIDE_METRICS_REFRESH_S": "0.5"}
+           "TIDE_METRICS_REFRESH_S": "0.5",
+           # The pinned prefixes: this bucket's registry and captures, and the tests' local draft directories.
+           "TIDE_REGISTRY_URI": f"s3://{bucket}/registry", "TIDE_CAPTURE_URI": f"s3://{bucket}/captures/",
+           "TIDE_LOCAL_DRAFTS_DIR": str(tmp_path_factory.getbasetemp())}
     srv = start_server(ServerConfig(target=tiny_models.target, draft=tiny_models.good_draft,
                                     log_path=tmp / "server.log", env=env))
     try:
@@ -300,6 +303,29 @@ def test_load_draft_from_s3(server, client, registry, bucket) -> None:
     assert loaded.draft.version == "v1"
     assert loaded.draft.source == source
     assert acceptance_while(server, lambda: generate(server, [11, 12, 13], 24)) < 0.05
+
+
+def test_foreign_sources_destinations_and_checksums_are_refused(server, client, registry, bucket) -> None:
+    import hashlib
+
+    serving = client.status().draft.version
+    foreign = upload_dir(registry["good"], bucket, "other-team/drafts/v2")  # a valid draft, another prefix
+    for source in (foreign, "/etc", f"s3://{bucket}/registry/../other-team/drafts/v2"):
+        with pytest.raises(sc.ServingControlError) as refused:
+            client.load_draft(sc.DraftLoadRequest(source=source))
+        assert (refused.value.status, refused.value.code) == (403, sc.ErrorCode.FORBIDDEN), source
+    with pytest.raises(sc.ServingControlError) as refused:
+        client.set_capture(sc.CaptureRequest(enabled=True, destination=f"s3://{bucket}/other-team/captures/"))
+    assert refused.value.code is sc.ErrorCode.FORBIDDEN
+    inside = upload_dir(registry["good"], bucket, "registry/drafts/v2")
+    with pytest.raises(sc.ServingControlError) as refused:
+        client.load_draft(sc.DraftLoadRequest(source=inside, manifest_sha256="0" * 64))
+    assert refused.value.code is sc.ErrorCode.CHECKSUM_MISMATCH
+    status = client.status()
+    assert status.draft.version == serving  # the old draft still serves
+    assert not status.capture.enabled
+    known = hashlib.sha256((registry["good"] / "manifest.json").read_bytes()).hexdigest()
+    assert client.load_draft(sc.DraftLoadRequest(source=inside, manifest_sha256=known)).draft.version == "v2"
 
 
 def test_back_to_the_launch_draft_without_a_manifest(server, client, registry, tiny_models) -> None:

@@ -17,12 +17,18 @@ pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture(scope="module")
-def server(tiny_models, s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def bucket(s3_endpoint: str) -> str:
+    return make_bucket()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models, bucket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from tide_serving.testing.server import ServerConfig, start_server
 
     tmp = tmp_path_factory.mktemp("rolled")
     env = {sc.CONTROL_TOKEN_ENV: TOKEN, "TIDE_STATE_DIR": str(tmp / "state"), "TIDE_POD_NAME": "pod-r",
-           "TIDE_TARGET_REVISION": "tiny-bigram-1", "TIDE_CAPTURE_FLUSH_S": "0.5"}
+           "TIDE_TARGET_REVISION": "tiny-bigram-1", "TIDE_CAPTURE_FLUSH_S": "0.5",
+           "TIDE_CAPTURE_URI": f"s3://{bucket}/captures"}
     srv = start_server(ServerConfig(target=tiny_models.target, draft=tiny_models.good_draft,
                                     log_path=tmp / "server.log", env=env, switch_scheduler=False,
                                     tokens_per_batch_size=[list(band) for band in OFF_BANDS]))
@@ -32,7 +38,7 @@ def server(tiny_models, s3_endpoint: str, tmp_path_factory: pytest.TempPathFacto
         srv.stop()
 
 
-def test_rolled_off_proposes_no_drafts_and_still_captures(server, tiny_models) -> None:
+def test_rolled_off_proposes_no_drafts_and_still_captures(server, tiny_models, bucket: str) -> None:
     from tide_serving.testing.server import complete, metric_value, metrics_text
     from tide_serving.testing.tiny_models import bigram_next
 
@@ -40,7 +46,6 @@ def test_rolled_off_proposes_no_drafts_and_still_captures(server, tiny_models) -
     status = client.status()
     assert status.draft is not None  # the draft is still loaded: hot swaps keep working
     assert not status.speculation.runtime_control
-    bucket = make_bucket()
     client.set_capture(sc.CaptureRequest(enabled=True, sampling_rate=1.0, destination=f"s3://{bucket}/captures"))
     before = metrics_text(server)
     text = complete(server, "w40 w41 w42", 16)["choices"][0]["text"]

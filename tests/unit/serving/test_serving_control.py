@@ -133,7 +133,8 @@ class FakeEngine:
 
 
 def control(tmp_path: Path, engine: FakeEngine, runtime: bool = True) -> ControlState:
-    settings = replace(load_settings(), state_dir=tmp_path / "state", target_revision="rev-1")
+    settings = replace(load_settings(), state_dir=tmp_path / "state", target_revision="rev-1",
+                       registry_uri="s3://b/reg", capture_uri=None, local_drafts_dir=str(tmp_path))
     c = ControlState(engine, settings, model_name="m", vllm_version="0.32.0", runtime_speculation=runtime,
                      launch_speculation=True)
     c.current_dir = "/launch"
@@ -236,9 +237,42 @@ def test_capture_needs_an_s3_destination(tmp_path: Path) -> None:
     with pytest.raises(ControlFailure) as err:
         asyncio.run(c.set_capture(sc.CaptureRequest(enabled=True)))
     assert err.value.code is sc.ErrorCode.INVALID_REQUEST
-    state = asyncio.run(c.set_capture(sc.CaptureRequest(enabled=True, destination="s3://b/captures")))
+    state = asyncio.run(c.set_capture(sc.CaptureRequest(enabled=True, destination="s3://b/reg/captures")))
     assert state.enabled
-    assert state.destination == "s3://b/captures"
+    assert state.destination == "s3://b/reg/captures"
+    with pytest.raises(ControlFailure) as err:  # another tenant's prefix: refused, the switch untouched
+        asyncio.run(c.set_capture(sc.CaptureRequest(enabled=True, destination="s3://b/other-team/captures")))
+    assert err.value.code is sc.ErrorCode.FORBIDDEN
+    assert "s3://b/reg/" in err.value.message
+    assert c.capture_snapshot().destination == "s3://b/reg/captures"
+
+
+def test_a_foreign_draft_source_is_refused_before_anything_is_fetched(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    c = control(tmp_path, engine)
+    for source in ("s3://b/other-team/drafts/v2", "s3://b/reg/../other-team/drafts/v2", "/etc", "s3://evil/x"):
+        with pytest.raises(ControlFailure) as err:
+            asyncio.run(c.load_draft(sc.DraftLoadRequest(source=source)))
+        assert err.value.code is sc.ErrorCode.FORBIDDEN, source
+    assert engine.calls == []  # not even a status call: nothing was fetched, paused or swapped
+    assert engine.draft["version"] == "initial"
+
+
+def test_a_manifest_checksum_from_the_caller_must_match(tmp_path: Path) -> None:
+    import hashlib as hl
+
+    engine = FakeEngine()
+    c = control(tmp_path, engine)
+    source = version_dir(tmp_path / "v2")
+    wrong = "0" * 64
+    with pytest.raises(ControlFailure) as err:
+        asyncio.run(c.load_draft(sc.DraftLoadRequest(source=str(source), manifest_sha256=wrong)))
+    assert err.value.code is sc.ErrorCode.CHECKSUM_MISMATCH
+    assert "pause" not in engine.calls
+    assert engine.draft["version"] == "initial"  # the old draft still serves
+    right = hl.sha256((source / "manifest.json").read_bytes()).hexdigest()
+    result = asyncio.run(c.load_draft(sc.DraftLoadRequest(source=str(source), manifest_sha256=right)))
+    assert result.draft.version == "v2"
 
 
 def test_untested_engines_are_inert_unless_overridden() -> None:

@@ -27,6 +27,9 @@ def start_sim(scenario_file: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     monkeypatch.setenv("TIDE_CONTROL_TOKEN", TOKEN)
     monkeypatch.setenv("TIDE_TARGET_REVISION", "rev-1")
     monkeypatch.setenv("TIDE_POD_NAME", "sim-0")
+    # Pinned sources and destinations: the tests' draft directories and these buckets' prefixes.
+    monkeypatch.setenv("TIDE_LOCAL_DRAFTS_DIR", str(scenario_file.parents[1]))
+    monkeypatch.setenv("TIDE_REGISTRY_URI", "s3://tide")
 
     def start(*extra: str, speculative: bool = True) -> RunningSim:
         argv = ["--model", "tiny", "--served-model-name", "chat", "--host", "127.0.0.1", "--port", "0",

@@ -69,7 +69,8 @@ def test_capture_without_a_destination_is_refused(start_sim: Any) -> None:
     assert (err.value.status, err.value.code) == (400, sc.ErrorCode.INVALID_REQUEST)
 
 
-def test_a_failed_upload_counts_a_write_error(start_sim: Any, s3: Any) -> None:
+def test_a_failed_upload_counts_a_write_error(start_sim: Any, s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIDE_CAPTURE_URI", "s3://no-such-bucket/c/")
     sim = start_sim()
     client = sc.ServingControlClient(sim.control_url, TOKEN)
     client.set_capture(sc.CaptureRequest(enabled=True, sampling_rate=1.0, destination="s3://no-such-bucket/c/"))

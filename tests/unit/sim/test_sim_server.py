@@ -221,6 +221,24 @@ def test_a_bad_draft_is_refused_and_the_old_one_keeps_serving(
     assert _client(sim).status().draft.version == "initial"  # type: ignore[union-attr]
 
 
+def test_sources_and_destinations_outside_the_pods_prefixes_are_forbidden(start_sim: Any, tmp_path: Path) -> None:
+    sim = start_sim()
+    good = _draft_dir(tmp_path, "v3")
+    for source in ("s3://other-team/drafts/v3", "/etc", f"{good}/../../../etc"):
+        with pytest.raises(sc.ServingControlError) as err:
+            _client(sim).load_draft(sc.DraftLoadRequest(source=source))
+        assert (err.value.status, err.value.code) == (403, sc.ErrorCode.FORBIDDEN), source
+    with pytest.raises(sc.ServingControlError) as err:
+        _client(sim).set_capture(sc.CaptureRequest(enabled=True, destination="s3://other-team/captures/"))
+    assert err.value.code is sc.ErrorCode.FORBIDDEN
+    with pytest.raises(sc.ServingControlError) as err:  # the right files, but not the manifest the caller knows
+        _client(sim).load_draft(sc.DraftLoadRequest(source=str(good), manifest_sha256="0" * 64))
+    assert err.value.code is sc.ErrorCode.CHECKSUM_MISMATCH
+    status = _client(sim).status()
+    assert status.draft.version == "initial"  # type: ignore[union-attr]
+    assert not status.capture.enabled
+
+
 def test_a_missing_draft_source_is_unavailable(start_sim: Any, tmp_path: Path) -> None:
     with pytest.raises(sc.ServingControlError) as err:
         _client(start_sim()).load_draft(sc.DraftLoadRequest(source=str(tmp_path / "nowhere")))
