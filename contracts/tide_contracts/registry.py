@@ -8,25 +8,26 @@ s3://<bucket>/<prefix>/
   captures/              the bounded rolling buffer of hidden-state shards
 
 No complete draft under drafts/ is ever deleted or overwritten (a copy that fails midway removes
-only its own partial files). Promoting the run the pointer already names is a no-op, so a retry
-never makes a second version of one run. A lost race on the pointer raises
-PointerConflict; the pointer is never half-written (S3 puts are atomic per object).
+only its own partial files). Promotion verifies by streaming and copies inside S3
+(tide_contracts.draft_copy), so its memory does not grow with the draft. Promoting the run the
+pointer already names is a no-op, so a retry never makes a second version of one run. A lost race
+on the pointer raises PointerConflict; the pointer is never half-written (S3 puts are atomic per object).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field
+
+from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD, server_side_copy, stream_sha256
 
 CONTRACT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -150,8 +151,10 @@ class DraftRegistry:
     def __init__(
         self, client: Any, bucket: str, prefix: str, *, sse: str | None = None, kms_key_id: str | None = None,
         sample_cache: CaptureSampleCache | None = None,
+        multipart_copy_threshold: int = DEFAULT_MULTIPART_COPY_THRESHOLD,
     ) -> None:
         self.client, self.bucket, self.prefix = client, bucket, prefix.strip("/")
+        self.multipart_copy_threshold = multipart_copy_threshold  # bytes; larger files copy in parts
         # A caller that lists captures every pass keeps one cache across registries (and passes).
         self.sample_cache = sample_cache if sample_cache is not None else CaptureSampleCache()
         self._sse: dict[str, str] = {}
@@ -216,9 +219,10 @@ class DraftRegistry:
             return pointer
         manifest = self.candidate_manifest(run_id)
         _check_compatible(manifest, target_revision, tokenizer_hash, f"candidate {run_id}")
-        verified = {name: self._verified_copy(run_id, name, entry) for name, entry in manifest.files.items()}
+        # Every file is verified before vN is claimed: a mismatch writes nothing.
+        etags = {name: self._verified_etag(run_id, name, entry) for name, entry in manifest.files.items()}
         version = self._claim_next_version()
-        self._copy_draft(version, verified)
+        self._copy_draft(run_id, version, manifest.files, etags)
         stamp = _iso(now)
         draft = manifest.model_copy(update={"kind": "draft", "version": version, "promoted_at": stamp})
         self._put(
@@ -277,46 +281,43 @@ class DraftRegistry:
             now,
         )
 
-    def _verified_copy(self, run_id: str, name: str, entry: FileEntry) -> IO[bytes]:
-        """Stream the candidate file to a spooled temp file, hashing it; refuse on any mismatch."""
+    def _verified_etag(self, run_id: str, name: str, entry: FileEntry) -> str:
+        """Hash the candidate file from a streaming read; refuse on any mismatch, else its ETag."""
         key = self.key("candidates", run_id, name)
-        body: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # noqa: SIM115 (returned)
-        digest, size = hashlib.sha256(), 0
         try:
-            stream = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            seen = stream_sha256(self.client, self.bucket, key)
         except ClientError as e:
             raise RegistryError(f"reading {key}: {e}") from e
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-            size += len(block)
-            body.write(block)
-        if digest.hexdigest() != entry.sha256 or size != entry.bytes:
+        if seen.sha256 != entry.sha256 or seen.bytes != entry.bytes:
             raise ChecksumMismatch(
-                f"{key}: sha256 {digest.hexdigest()} ({size} bytes) does not match the "
+                f"{key}: sha256 {seen.sha256} ({seen.bytes} bytes) does not match the "
                 f"manifest's {entry.sha256} ({entry.bytes} bytes); not promoting"
             )
-        body.seek(0)
-        return body
+        return seen.etag
 
-    def _copy_draft(self, version: str, verified: dict[str, IO[bytes]]) -> None:
-        """Upload the verified files to drafts/vN/; a copy that fails midway removes what it wrote.
+    def _copy_draft(self, run_id: str, version: str, files: Mapping[str, FileEntry], etags: Mapping[str, str]) -> None:
+        """Copy the verified files to drafts/vN/ inside S3; a copy that fails midway removes what it wrote.
 
+        Each copy is pinned to the ETag its verification read (a replaced candidate fails the copy).
+        The failing file's key is removed too (S3 may have finished a copy whose answer was lost).
         The .claim stays, so vN is never reused; removal is best effort (S3 may be what failed),
         and a drafts/vN/ without manifest.json is never pointed at either way.
         """
         written: list[str] = []
         try:
-            for name, body in verified.items():
-                self._put_file(self.key("drafts", version, name), body)
-                written.append(self.key("drafts", version, name))
+            for name, entry in files.items():
+                source, destination = self.key("candidates", run_id, name), self.key("drafts", version, name)
+                written.append(destination)  # vN is ours (claimed), so removing this key loses nothing
+                try:
+                    server_side_copy(self.client, self.bucket, source, destination, size=entry.bytes,
+                                     etag=etags[name], sse=self._sse, threshold=self.multipart_copy_threshold)
+                except ClientError as e:
+                    raise RegistryError(f"copying {source} to {destination}: {e}") from e
         except (RegistryError, BotoCoreError):
             for key in written:
                 with contextlib.suppress(ClientError, BotoCoreError):
                     self.client.delete_object(Bucket=self.bucket, Key=key)
             raise
-        finally:
-            for body in verified.values():
-                body.close()
 
     def _claim_next_version(self) -> str:
         existing = self.list_versions()
@@ -390,12 +391,6 @@ class DraftRegistry:
         except ClientError as e:
             if _code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                 raise PointerConflict(f"{key} changed concurrently (conditional write lost): {e}") from e
-            raise RegistryError(f"writing {key}: {e}") from e
-
-    def _put_file(self, key: str, body: IO[bytes]) -> None:
-        try:
-            self.client.upload_fileobj(body, self.bucket, key, ExtraArgs=dict(self._sse) or None)
-        except ClientError as e:
             raise RegistryError(f"writing {key}: {e}") from e
 
     def _get(self, key: str) -> bytes:

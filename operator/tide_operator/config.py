@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from tide_contracts.draft_copy import MAX_COPY_BYTES, MIN_PART_BYTES
 from tide_operator.catalog import DEFAULT_CATALOG, ConfigError, GpuCatalog, GpuClass, load_catalog
 
 
@@ -77,6 +78,19 @@ class PodPolicyConfig(_ConfigModel):
     """The operator's own ServiceAccount name (the chart sets it): no pod of a TideDeployment runs as it."""
 
 
+class PromotionConfig(_ConfigModel):
+    """How the operator copies a verified candidate to drafts/vN/ (docs/contracts/draft-registry.md)."""
+
+    multipart_copy_threshold_mib: int = Field(default=MAX_COPY_BYTES // 2**20, ge=MIN_PART_BYTES // 2**20,
+                                              le=MAX_COPY_BYTES // 2**20)
+    """Files up to this size are copied with one CopyObject, larger ones with a multipart copy in
+    parts of this size; S3 bounds it to [5 MiB, 5 GiB] (lower it only to exercise the multipart path)."""
+
+    @property
+    def multipart_copy_threshold_bytes(self) -> int:
+        return self.multipart_copy_threshold_mib * 2**20
+
+
 class OperatorConfig(_ConfigModel):
     serving: ServingConfig = Field(default_factory=ServingConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
@@ -89,6 +103,7 @@ class OperatorConfig(_ConfigModel):
     resync_interval_seconds: float = Field(default=30.0, gt=0, le=3600)
     """How often every TideDeployment is re-checked against its children (drift repair, status)."""
     gpu_classes: tuple[GpuClass, ...] = DEFAULT_CATALOG.gpu_classes
+    promotion: PromotionConfig = Field(default_factory=PromotionConfig)
 
     @property
     def catalog(self) -> GpuCatalog:

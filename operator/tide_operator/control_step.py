@@ -17,6 +17,7 @@ from typing import Any
 import boto3
 from botocore.config import Config as BotoConfig
 
+from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD
 from tide_contracts.registry import CaptureSampleCache, DraftRegistry
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.spec_control import ServerSideEncryption
@@ -58,7 +59,8 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     _LAST_RUN[(namespace, name)] = now_s
     stored = draft.status.control_state
     state = PolicyState.from_dict(stored) if stored else PolicyState()
-    registry = make_registry(name, namespace, spec, cluster)
+    registry = make_registry(name, namespace, spec, cluster,
+                             multipart_copy_threshold=config.promotion.multipart_copy_threshold_bytes)
     fleet = make_fleet(name, namespace, spec, cluster)
     prometheus = adapters.for_endpoint(spec.prometheus.url or config.prometheus_url)
     reading = read_sensors(name, namespace, spec, state, prometheus, registry, cluster)
@@ -88,7 +90,8 @@ def enforce_buffer_caps(draft: StatusDraft, registry: DraftRegistry, reading: Se
                                       action="PruneCaptures"))
 
 
-def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: Cluster) -> DraftRegistry:
+def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: Cluster, *,
+                  multipart_copy_threshold: int = DEFAULT_MULTIPART_COPY_THRESHOLD) -> DraftRegistry:
     s3 = spec.storage.s3
     credentials = cluster.secret_data(namespace, s3.credentials_secret) if s3.credentials_secret else {}
     client = boto3.client(
@@ -101,7 +104,8 @@ def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: 
     return DraftRegistry(client, s3.bucket, registry_prefix(name, namespace, s3),
                          sse=None if encryption is ServerSideEncryption.NONE else encryption.value,
                          kms_key_id=spec.control.capture.kms_key_id,
-                         sample_cache=_SAMPLE_CACHES.setdefault((namespace, name), CaptureSampleCache()))
+                         sample_cache=_SAMPLE_CACHES.setdefault((namespace, name), CaptureSampleCache()),
+                         multipart_copy_threshold=multipart_copy_threshold)
 
 
 def make_fleet(name: str, namespace: str, spec: TideDeploymentSpec, cluster: Cluster) -> Fleet:

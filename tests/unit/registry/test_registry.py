@@ -172,17 +172,17 @@ def test_a_retried_promotion_of_the_promoted_run_makes_no_second_version(registr
     assert [(h.action, h.version) for h in registry.history()] == [("promote", "v1")]
 
 
-class FailingUploads:
-    """The registry's S3 client, except that uploads after the first `ok` fail as if S3 went away."""
+class FailingCopies:
+    """The registry's S3 client, except that copies after the first `ok` fail as if S3 went away."""
 
     def __init__(self, client: object, ok: int) -> None:
         self._client, self._left = client, ok
 
-    def upload_fileobj(self, *args: object, **kwargs: object) -> None:
+    def copy_object(self, *args: object, **kwargs: object) -> object:
         if self._left == 0:
             raise EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
         self._left -= 1
-        self._client.upload_fileobj(*args, **kwargs)  # type: ignore[attr-defined]
+        return self._client.copy_object(*args, **kwargs)  # type: ignore[attr-defined]
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._client, name)
@@ -190,7 +190,7 @@ class FailingUploads:
 
 def test_a_copy_that_fails_midway_removes_what_it_wrote_and_leaves_the_pointer(registry: DraftRegistry) -> None:
     put_candidate(registry, "r1")
-    flaky = DraftRegistry(FailingUploads(registry.client, ok=1), registry.bucket, registry.prefix)
+    flaky = DraftRegistry(FailingCopies(registry.client, ok=1), registry.bucket, registry.prefix)
     with pytest.raises(EndpointConnectionError):
         flaky.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW)
     assert registry.promoted() == (None, None)
