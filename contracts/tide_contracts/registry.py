@@ -28,6 +28,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
 from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD, server_side_copy, stream_sha256
+from tide_contracts.encryption import S3Encryption
+from tide_contracts.prefix_delete import DeletionRefused, delete_under_prefix
 
 CONTRACT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -47,6 +49,14 @@ class ChecksumMismatch(RegistryError):
 
 class IncompatibleDraft(RegistryError):
     """The draft is pinned to another target revision or tokenizer."""
+
+
+class PruneIncomplete(RegistryError):
+    """S3 refused some keys of a delete; ``deleted`` holds the ones it did delete."""
+
+    def __init__(self, deleted: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.deleted = deleted
 
 
 class PointerConflict(RegistryError):
@@ -157,11 +167,9 @@ class DraftRegistry:
         self.multipart_copy_threshold = multipart_copy_threshold  # bytes; larger files copy in parts
         # A caller that lists captures every pass keeps one cache across registries (and passes).
         self.sample_cache = sample_cache if sample_cache is not None else CaptureSampleCache()
-        self._sse: dict[str, str] = {}
-        if sse:
-            self._sse["ServerSideEncryption"] = sse  # "AES256" or "aws:kms"
-        if kms_key_id:
-            self._sse["SSEKMSKeyId"] = kms_key_id
+        # Every write of this registry carries it (put, upload, copy): encryption.put_args().
+        self.encryption = S3Encryption(sse, kms_key_id)
+        self._sse: dict[str, str] = self.encryption.put_args()
 
     # -- keys ---------------------------------------------------------------------------------
     def key(self, *parts: str) -> str:
@@ -377,12 +385,18 @@ class DraftRegistry:
         """
         listed = self.list_captures() if captures is None else captures
         doomed = captures_to_prune(listed, limits, now.timestamp())
-        outside = [key for key in doomed if not key.startswith(self.key("captures") + "/")]
-        if outside:
-            raise RegistryError(f"refusing to prune outside {self.key('captures')}/: {outside[:3]}")
-        for key in doomed:
-            self.client.delete_object(Bucket=self.bucket, Key=key)
-        return doomed
+        if not doomed:
+            return []
+        try:
+            outcome = delete_under_prefix(self.client, self.bucket, self.key("captures") + "/", doomed)
+        except DeletionRefused as e:
+            raise RegistryError(f"refusing to prune outside {self.key('captures')}/: {e}") from e
+        except ClientError as e:
+            raise RegistryError(f"pruning {self.key('captures')}/: {e}") from e
+        if outcome.failed:  # never counted as deleted: the caller retries on a later pass
+            raise PruneIncomplete(outcome.deleted, f"{len(outcome.deleted)} captures deleted, "
+                                  f"{len(outcome.failed)} not: {outcome.describe_failures()}")
+        return list(outcome.deleted)
 
     # -- S3 primitives --------------------------------------------------------------------------
     def _put(self, key: str, body: bytes, **extra: Any) -> None:

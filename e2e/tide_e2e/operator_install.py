@@ -26,6 +26,11 @@ TEST_OPERATOR_CONFIG = {
 }
 
 
+# The tests' S3 servers (moto) listen on loopback on ports chosen at start: specs with their own
+# credentials may name them (docs/security.md, storage tenancy), unless a test configures storage.
+LOOPBACK_STORAGE: dict[str, Any] = {"allowedEndpoints": ["http://127.0.0.1", "http://localhost"]}
+
+
 def install_crd(api: client.ApiClient) -> None:
     ext = client.ApiextensionsV1Api(api)
     body = crd_without_cel()  # the v1.20 test plane has no CEL; rules are unit-tested with cel-python
@@ -87,6 +92,7 @@ class OperatorProcess:
         config = dict(self.config)
         if self.plane.prometheus_url:  # the plane's own Prometheus, unless the test says otherwise
             config = {"prometheusUrl": self.plane.prometheus_url, **config}
+        config.setdefault("storage", LOOPBACK_STORAGE)
         config_file.write_text(yaml.safe_dump(config))
         env = {**os.environ, "KUBECONFIG": self.kubeconfig, "TIDE_OPERATOR_CONFIG": str(config_file),
                "TIDE_METRICS_PORT": str(self.metrics_port), "PYTHONUNBUFFERED": "1"}

@@ -31,6 +31,7 @@ from kubernetes.client.rest import ApiException
 from tide_contracts.registry import DraftRegistry, HistoryEntry, Manifest, PromotedPointer
 from tide_contracts.serving_control import ServingControlClient, ServingControlError
 from tide_e2e.diagnostics import pod_line, telling_lines
+from tide_e2e.encryption_audit import EncryptionAudit, audit_encryption
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 from tide_e2e.traffic import Traffic, TrafficSettings, wait_requests
 from tide_operator.api import GROUP, PLURAL, VERSION
@@ -85,6 +86,7 @@ class LoopResult:
     requests_ok: int = 0
     requests_failed: list[str] = field(default_factory=list)
     trainer_jobs: list[str] = field(default_factory=list)
+    encryption: EncryptionAudit | None = None  # every object of the bucket read back at the end
 
 
 def operator_config(work_dir: Path, settings: LoopSettings) -> dict[str, Any]:
@@ -110,7 +112,8 @@ def deployment(settings: LoopSettings, target: Path, revision: str, draft: Path,
                 "speculation": "On", "interval": "5s", "adaptiveSpeculativeTokens": False,
                 "drift": {"shortHalfLife": "10s", "longHalfLife": "300s", "thresholdPercent": 15,
                           "minSamples": 300},
-                "capture": {"enabled": True, "samplingPercent": 100},
+                # Every writer encrypts (issue 13): captures (pods), candidates (trainer), drafts (operator).
+                "capture": {"enabled": True, "samplingPercent": 100, "serverSideEncryption": "AES256"},
                 "training": {"sampleThreshold": settings.sample_threshold, "backoff": "20s"},
                 # Two servers share two cores with the trainer: per-pod throughput is noise here, so
                 # only acceptance length (hardware-independent, the primary metric) decides.
@@ -165,6 +168,9 @@ class WholeLoop:
                 traffic.stop()
                 operator.stop()
             self.collect(traffic)
+            # The bucket has no default encryption: an object stored plain names the writer that dropped SSE.
+            self.result.encryption = audit_encryption(s3, self.s.bucket)
+            self.say(f"Encryption at rest: {self.result.encryption.describe()}")
         return self.result
 
     def apply(self, target: Path, revision: str, draft: Path) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from tide_contracts.encryption import S3Encryption
+
 
 class StorageError(RuntimeError):
     """An object or file could not be read or written; the message names it."""
@@ -73,7 +75,9 @@ def put_object(destination: str, key: str, data: bytes, metadata: dict[str, str]
     bucket, prefix = split_s3_uri(destination)
     full_key = f"{prefix.rstrip('/')}/{key}" if prefix.strip("/") else key
     try:
-        s3_client().put_object(Bucket=bucket, Key=full_key, Body=data, Metadata=metadata)
+        # The pod's TIDE_S3_SSE settings, as the serving plugin's capture writer applies them.
+        encryption = S3Encryption.from_env(os.environ).put_args()
+        s3_client().put_object(Bucket=bucket, Key=full_key, Body=data, Metadata=metadata, **encryption)
     except (BotoCoreError, ClientError) as err:
         raise StorageError(f"cannot write s3://{bucket}/{full_key}: {err}") from err
     return f"s3://{bucket}/{full_key}"

@@ -91,10 +91,29 @@ class PromotionConfig(_ConfigModel):
         return self.multipart_copy_threshold_mib * 2**20
 
 
+class StorageConfig(_ConfigModel):
+    """Which S3 a TideDeployment may use (docs/security.md, storage tenancy).
+
+    Without ``spec.storage.s3.credentialsSecret`` the operator and the pods act under ambient
+    identities (the operator's IRSA or instance role): such a deployment may use only ``buckets``,
+    only ``endpoint`` and only the prefix ``<namespace>/<name>/``. With its own credentials a
+    deployment chooses bucket and prefix, but its endpoint must still be allowlisted here.
+    """
+
+    buckets: tuple[str, ...] = ()
+    """Buckets usable under the operator's identity; none by default (every spec brings credentials)."""
+    endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    """S3-compatible endpoint of those buckets, and the default of a spec without one; null: AWS."""
+    allowed_endpoints: tuple[str, ...] = ()
+    """Other endpoints a spec with its own credentialsSecret may name, as ``scheme://host[:port]``
+    (an entry without a port admits every port of that host)."""
+
+
 class OperatorConfig(_ConfigModel):
     serving: ServingConfig = Field(default_factory=ServingConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     pod_policy: PodPolicyConfig = Field(default_factory=PodPolicyConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
     prometheus_url: str = "http://prometheus-operated.monitoring:9090"
     prometheus_window_seconds: float = Field(default=60.0, gt=0, le=3600)
     """Rate window of the acceptance and throughput queries; keep it >= 4 scrape intervals."""

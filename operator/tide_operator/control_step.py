@@ -20,7 +20,6 @@ from botocore.config import Config as BotoConfig
 from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD
 from tide_contracts.registry import CaptureSampleCache, DraftRegistry
 from tide_operator.api import TideDeploymentSpec
-from tide_operator.api.spec_control import ServerSideEncryption
 from tide_operator.api.units import duration_seconds
 from tide_operator.capture_buffer import PRUNE_REASON, capture_limits, prune_capture_buffer
 from tide_operator.cluster import Cluster
@@ -33,7 +32,7 @@ from tide_operator.control_loop import SensorReading, control_pass
 from tide_operator.effects import STORAGE_ERRORS, ClusterEffects
 from tide_operator.fleet import Fleet, ServingPod
 from tide_operator.manifests import labels, names
-from tide_operator.manifests.pod import registry_prefix
+from tide_operator.manifests.pod import registry_prefix, s3_encryption
 from tide_operator.manifests.serving import CONTROL_AUTH_KEY
 from tide_operator.prometheus_adapter import PrometheusAdapters
 from tide_operator.sensors import read_sensors
@@ -100,10 +99,9 @@ def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: 
         aws_secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
         config=BotoConfig(s3={"addressing_style": "path"} if s3.endpoint else {}, connect_timeout=5,
                           read_timeout=30, retries={"max_attempts": 2}))
-    encryption = spec.control.capture.server_side_encryption
+    encryption = s3_encryption(spec.control.capture)  # the same settings the pods' writes carry
     return DraftRegistry(client, s3.bucket, registry_prefix(name, namespace, s3),
-                         sse=None if encryption is ServerSideEncryption.NONE else encryption.value,
-                         kms_key_id=spec.control.capture.kms_key_id,
+                         sse=encryption.algorithm, kms_key_id=encryption.kms_key_id,
                          sample_cache=_SAMPLE_CACHES.setdefault((namespace, name), CaptureSampleCache()),
                          multipart_copy_threshold=multipart_copy_threshold)
 

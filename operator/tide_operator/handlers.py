@@ -101,7 +101,7 @@ def _opted_in_to_artifact_deletion(spec: kopf.Spec, **_: Any) -> bool:
 @kopf.on.delete(GROUP, VERSION, PLURAL, id="delete-artifacts", when=_opted_in_to_artifact_deletion)
 def delete_artifacts(body: kopf.Body, **_: Any) -> None:
     try:
-        deleted = delete_deployment_artifacts(dict(body), Cluster())
+        deleted = delete_deployment_artifacts(dict(body), Cluster(), CONFIG)
     except ArtifactsUnreachable as e:
         # Retrying forever would block the namespace's deletion: say what is left behind.
         kopf.event(body, type="Warning", reason="ArtifactsKept", message=str(e))

@@ -22,6 +22,7 @@ from tide_operator.control.lifecycle import run_id_for
 from tide_operator.control.placement import Placement, PoolRequest, choose_pools
 from tide_operator.control.pod_policy import pod_policy_violations
 from tide_operator.control.policy import PolicyState
+from tide_operator.control.storage_tenancy import storage_violations, with_storage_defaults
 from tide_operator.control_step import run_control
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.ownership import ChildConflict, conflict, describe
@@ -63,10 +64,11 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
     except SpecError as e:
         invalid(draft, Reason.INVALID_SPEC, e.field, e.message)
         return _result(draft)
-    refused = pod_policy_violations(spec, config)
-    if refused:
-        invalid(draft, Reason.POD_POLICY_VIOLATION, *_summary(refused))
+    refusal = policy_refusal(spec, namespace, name, config)
+    if refusal:
+        invalid(draft, refusal[0], *_summary(refusal[1]))
         return _result(draft)
+    spec = with_storage_defaults(spec, config.storage)
     secret = spec.storage.s3.credentials_secret
     if secret and not cluster.secret_exists(namespace, secret):
         invalid(draft, Reason.MISSING_CREDENTIALS, "spec.storage.s3.credentialsSecret",
@@ -90,6 +92,19 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
     if adapters is not None and draft.status.phase is Phase.SERVING:
         run_control(name, namespace, spec, placement, draft, cluster, config, adopt, adapters)
     return _result(draft, applied)
+
+
+def policy_refusal(spec: TideDeploymentSpec, namespace: str, name: str,
+                   config: OperatorConfig) -> tuple[str, list[tuple[str, str]]] | None:
+    """The pod policy's refusal, else storage tenancy's (reason, problems); None when admitted.
+
+    Both run before any cluster or S3 call: a refused spec never lends the operator's identity.
+    """
+    refused = pod_policy_violations(spec, config)
+    if refused:
+        return Reason.POD_POLICY_VIOLATION, refused
+    refused = storage_violations(spec, namespace, name, config.storage)
+    return (Reason.STORAGE_POLICY_VIOLATION, refused) if refused else None
 
 
 def child_names(name: str, status: TideDeploymentStatus) -> list[tuple[str, str]]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tide_contracts.encryption import S3Encryption
 from tide_contracts.registry import CAPTURE_SAMPLES_METADATA
 from tide_contracts.shards import SHARD_SUFFIX, HiddenStateShard, RequestMeta, ShardHeader, shard_to_bytes
 from tide_serving.capture_recorder import CaptureCounters, CapturedRequest
@@ -58,10 +59,14 @@ def build_shard(samples: list[CapturedRequest], ident: ShardIdentity,
 
 
 class ShardUploader:
-    """Writes shard bytes under a destination: `s3://bucket/prefix` (boto3) or a local directory."""
+    """Writes shard bytes under a destination: `s3://bucket/prefix` (boto3) or a local directory.
 
-    def __init__(self) -> None:
-        self._s3 = None
+    Every S3 put carries `encryption` (the pod's TIDE_S3_SSE settings): captures are tenant data.
+    """
+
+    def __init__(self, encryption: S3Encryption | None = None, client: object | None = None) -> None:
+        self.encryption = encryption or S3Encryption()
+        self._s3 = client
 
     def put(self, destination: str, key: str, data: bytes, samples: int) -> str:
         if destination.startswith("s3://"):
@@ -69,7 +74,8 @@ class ShardUploader:
             full_key = f"{prefix.rstrip('/')}/{key}" if prefix.strip("/") else key
             # The registry counts the rolling buffer's samples from this metadata (draft-registry.md).
             self._client().put_object(Bucket=bucket, Key=full_key, Body=data,
-                                      Metadata={CAPTURE_SAMPLES_METADATA: str(samples)})
+                                      Metadata={CAPTURE_SAMPLES_METADATA: str(samples)},
+                                      **self.encryption.put_args())
             return f"s3://{bucket}/{full_key}"
         path = Path(destination) / key
         path.parent.mkdir(parents=True, exist_ok=True)

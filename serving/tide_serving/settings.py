@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tide_contracts.control_token import ControlTokens
+from tide_contracts.encryption import S3Encryption
 from tide_contracts.serving_control import CONTROL_PORT_ENV, DEFAULT_CONTROL_PORT, DEFAULT_SAMPLING_RATE
 
 
@@ -47,6 +48,7 @@ class ServingSettings:
     pod_name: str
     metrics_refresh_s: float
     allow_untested_vllm: bool
+    encryption: S3Encryption = field(default_factory=S3Encryption)  # TIDE_S3_SSE*: on every capture write
 
     @property
     def speculation_switch_file(self) -> Path:
@@ -77,4 +79,5 @@ def load_settings() -> ServingSettings:
         pod_name=os.environ.get("TIDE_POD_NAME") or socket.gethostname(),
         metrics_refresh_s=_float("TIDE_METRICS_REFRESH_S", 2.0),
         allow_untested_vllm=os.environ.get("TIDE_ALLOW_UNTESTED_VLLM", "") == "1",
+        encryption=S3Encryption.from_env(os.environ),
     )

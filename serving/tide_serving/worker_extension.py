@@ -16,7 +16,7 @@ from typing import Any
 
 from tide_serving import PLUGIN_VERSION
 from tide_serving.capture_recorder import CaptureCounters, CaptureRecorder
-from tide_serving.capture_writer import CaptureWriter, ShardIdentity
+from tide_serving.capture_writer import CaptureWriter, ShardIdentity, ShardUploader
 from tide_serving.draft_reload import reload_draft_weights
 from tide_serving.draft_source import DraftArchitecture, architecture_from_hf
 from tide_serving.engine_support import EngineSupport, check_engine, runner_kind
@@ -66,7 +66,7 @@ class _WorkerState:
             self.writer = CaptureWriter(
                 _shard_identity(worker, self), self.counters, shard_rows=self.settings.shard_rows,
                 queue_rows=self.settings.capture_buffer_rows, flush_interval_s=self.settings.flush_interval_s,
-                draft_version=lambda: self.draft.version)
+                draft_version=lambda: self.draft.version, uploader=ShardUploader(self.settings.encryption))
         return self.writer
 
 

@@ -69,6 +69,14 @@ def test_shift_is_detected_trained_canaried_and_promoted_with_real_vllm(plane, k
              for prefix in ("SetCapture", "LaunchTraining", "StartCanary", "Promote")]
     assert order == sorted(order), result.events
 
+    # Every object the loop wrote carries SSE (AES256 asked, no bucket default): captures from the
+    # pods, the trainer's candidate, the operator's drafts (copies included), pointer and history.
+    audit = result.encryption
+    assert audit is not None
+    assert audit.ok, audit.describe()
+    for folder in ("/captures/", "/candidates/", "/drafts/", "/history/"):
+        assert any(folder in key for key in audit.keys), (folder, audit.keys[:10])
+
     # Two hot swaps (canary, promotion) under live traffic, and not one request failed.
     assert result.requests_failed == []
     assert result.requests_ok > 0

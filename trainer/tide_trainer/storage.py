@@ -16,6 +16,7 @@ from boto3.exceptions import Boto3Error
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tide_contracts.encryption import EncryptionSettingsError, S3Encryption
 from tide_contracts.shards import SHARD_SUFFIX
 from tide_trainer.data import ShardRef
 
@@ -107,13 +108,22 @@ def check_bucket(client: Any, bucket: str) -> None:
         raise StorageError(f"bucket {bucket}: {e}") from e
 
 
-def upload_files(client: Any, bucket: str, prefix: str, files: list[Path]) -> list[str]:
-    """Upload files in order; returns their keys."""
+def upload_files(client: Any, bucket: str, prefix: str, files: list[Path],
+                 encryption: S3Encryption | None = None) -> list[str]:
+    """Upload files in order; returns their keys.
+
+    Every upload carries the server-side encryption the operator set on the Job (TIDE_S3_SSE,
+    TIDE_S3_SSE_KMS_KEY_ID; read from the environment unless given): candidates are tenant data.
+    """
+    try:
+        extra = (encryption or S3Encryption.from_env(os.environ)).put_args()
+    except EncryptionSettingsError as e:
+        raise StorageError(str(e)) from e
     keys = []
     for path in files:
         key = join_key(prefix, path.name)
         try:
-            client.upload_file(str(path), bucket, key)
+            client.upload_file(str(path), bucket, key, ExtraArgs=extra or None)
         except (Boto3Error, BotoCoreError, ClientError, OSError) as e:
             raise StorageError(f"uploading {path} to s3://{bucket}/{key}: {e}") from e
         keys.append(key)

@@ -28,6 +28,7 @@ class Reason:
     # Ready
     INVALID_SPEC = "InvalidSpec"
     POD_POLICY_VIOLATION = "PodPolicyViolation"  # the spec asks for more than the operator's podPolicy allows
+    STORAGE_POLICY_VIOLATION = "StoragePolicyViolation"  # S3 outside what the operator config lends it
     MISSING_CREDENTIALS = "MissingCredentials"
     WAITING_FOR_REPLICAS = "WaitingForReplicas"
     REPLICAS_READY = "ReplicasReady"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from tide_contracts.encryption import S3Encryption
+from tide_operator.api.spec import TideDeploymentSpec
+from tide_operator.api.spec_control import CaptureSpec, ServerSideEncryption
 from tide_operator.api.spec_workload import PodScheduling, S3Storage
 from tide_operator.catalog import GpuClass
 
@@ -66,6 +69,18 @@ def s3_env(storage: S3Storage) -> list[dict[str, Any]]:
     if storage.region:
         env.append({"name": "AWS_DEFAULT_REGION", "value": storage.region})
     return env
+
+
+def s3_encryption(capture: CaptureSpec) -> S3Encryption:
+    """spec.control.capture's server-side encryption, as every writer applies it."""
+    algorithm = capture.server_side_encryption
+    return S3Encryption(None if algorithm is ServerSideEncryption.NONE else algorithm.value, capture.kms_key_id)
+
+
+def storage_env(spec: TideDeploymentSpec) -> list[dict[str, Any]]:
+    """S3 access plus the encryption every write of the pod carries (TIDE_S3_SSE*: captures, candidates)."""
+    encryption = s3_encryption(spec.control.capture).env()
+    return s3_env(spec.storage.s3) + [{"name": key, "value": value} for key, value in encryption.items()]
 
 
 def field_env(name: str, field_path: str) -> dict[str, Any]:

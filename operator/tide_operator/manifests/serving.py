@@ -112,7 +112,7 @@ def vllm_args(rendered: dict[str, Any], config: OperatorConfig) -> list[str]:
 
 def _env(td_name: str, spec: TideDeploymentSpec, rendered: dict[str, Any], config: OperatorConfig) -> list[Any]:
     env = [pod.field_env("POD_IP", "status.podIP"), pod.field_env("TIDE_POD_NAME", "metadata.name")]
-    env += pod.s3_env(spec.storage.s3)
+    env += pod.storage_env(spec)
     secret = {"name": names.control_token_secret_name(td_name), "key": CONTROL_AUTH_KEY}
     env.append({"name": "TIDE_CONTROL_TOKEN", "valueFrom": {"secretKeyRef": secret}})
     env.append({"name": "TIDE_TARGET_REVISION", "value": spec.target.revision})

@@ -74,7 +74,7 @@ def _container(
         "image": spec.training.image or config.trainer.image,
         "command": _command(spec, config),
         "args": args,
-        "env": [pod.field_env("TIDE_POD_NAME", "metadata.name"), *pod.s3_env(spec.storage.s3)],
+        "env": [pod.field_env("TIDE_POD_NAME", "metadata.name"), *pod.storage_env(spec)],
         "resources": pod.gpu_resources(spec.training, gpu_class, spec.training.gpus_per_job),
         "volumeMounts": [
             {"name": pod.SHM_VOLUME, "mountPath": pod.SHM_MOUNT_PATH},

@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from tide_operator.api import TideDeploymentStatus
-from tide_operator.config import OperatorConfig
+from tide_operator.config import OperatorConfig, StorageConfig
 from tide_operator.control.lifecycle import LifecycleState
 from tide_operator.control.placement import NodeInventory
 from tide_operator.control.policy import PolicyState
 from tide_operator.reconcile import child_names, reconcile
+
+# The spec runs under the operator's identity (no credentialsSecret): its bucket must be lent.
+LENDS_TIDE = OperatorConfig(storage=StorageConfig(buckets=("tide",)))
 
 UID = "td-uid"
 BODY = {"metadata": {"name": "chat", "namespace": "team", "uid": UID, "generation": 2},
@@ -43,7 +46,7 @@ def test_foreign_children_are_named_in_degraded_with_a_warning_and_nothing_is_wr
     taken = {("Service", "chat-vllm"): owned_by(None, "chat-vllm"),
              ("Secret", "chat-control"): owned_by("someone-else", "chat-control"),
              ("ConfigMap", "chat-serving"): owned_by(UID, "chat-serving")}  # ours: not a conflict
-    result = reconcile(BODY, ReadOnlyCluster(taken), OperatorConfig(), adopt=lambda c: c)  # type: ignore[arg-type]
+    result = reconcile(BODY, ReadOnlyCluster(taken), LENDS_TIDE, adopt=lambda c: c)  # type: ignore[arg-type]
     degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "ChildConflict")
     assert "Secret chat-control exists owned by TideDeployment/chat" in degraded["message"]
@@ -67,6 +70,6 @@ def test_the_names_checked_are_the_children_and_the_next_trainer_job() -> None:
 
 def test_a_namesake_of_the_next_trainer_job_is_a_conflict() -> None:
     taken = {("Job", "chat-train-r1"): owned_by(None, "chat-train-r1")}
-    result = reconcile(BODY, ReadOnlyCluster(taken), OperatorConfig(), adopt=lambda c: c)  # type: ignore[arg-type]
+    result = reconcile(BODY, ReadOnlyCluster(taken), LENDS_TIDE, adopt=lambda c: c)  # type: ignore[arg-type]
     degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
     assert "Job chat-train-r1 exists with no owner" in degraded["message"]
