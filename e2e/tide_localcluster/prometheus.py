@@ -7,6 +7,7 @@ Prometheus re-reads every few seconds. Real clusters use the chart's PodMonitor 
 
 from __future__ import annotations
 
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -40,8 +41,22 @@ def scrape_config(targets_file: Path, scrape_interval_s: float) -> dict:
     }
 
 
+def _answers(url: str, context: ssl.SSLContext | None) -> bool:
+    """Prometheus serves /-/ready (401 counts: a web config with basic auth guards every path)."""
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=2, context=context) as r:
+            return r.status == 200
+    except urllib.error.HTTPError as err:
+        return err.code == 401
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def start_prometheus(workdir: Path, targets_file: Path, scrape_interval_s: float = 2.0,
-                     timeout_s: float = 60.0) -> PrometheusServer:
+                     timeout_s: float = 60.0, web_config: Path | None = None,
+                     ca_file: Path | None = None) -> PrometheusServer:
+    """``web_config``: Prometheus' --web.config.file (TLS, basic auth); with ``ca_file`` (the CA of
+    its certificate) the server is https:// and readiness is checked with that CA."""
     workdir.mkdir(parents=True, exist_ok=True)
     if not targets_file.exists():
         targets_file.parent.mkdir(parents=True, exist_ok=True)
@@ -53,16 +68,14 @@ def start_prometheus(workdir: Path, targets_file: Path, scrape_interval_s: float
         str(system_binary("prometheus", "prometheus")), f"--config.file={config}",
         f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
         "--storage.tsdb.retention.time=1d", "--web.enable-lifecycle",
+        *([f"--web.config.file={web_config}"] if web_config else []),
     ], workdir / "logs")
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if ca_file else 'http'}://127.0.0.1:{port}"
+    context = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                if r.status == 200:
-                    return PrometheusServer(url=url, record=record)
-        except (urllib.error.URLError, OSError):
-            pass
+        if _answers(url, context):
+            return PrometheusServer(url=url, record=record)
         if not is_alive(record):
             break
         time.sleep(0.5)

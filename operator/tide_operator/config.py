@@ -7,8 +7,9 @@ default so an empty config works.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from tide_contracts.draft_copy import MAX_COPY_BYTES, MIN_PART_BYTES
@@ -109,12 +110,44 @@ class StorageConfig(_ConfigModel):
     (an entry without a port admits every port of that host)."""
 
 
+class PrometheusConfig(_ConfigModel):
+    """How the operator connects to Prometheus, and which a TideDeployment may name (docs/security.md)."""
+
+    allowed_urls: tuple[str, ...] = ()
+    """URL prefixes ``spec.prometheus.url`` must lie under (same scheme, host and port, path at or
+    below the prefix's); empty: a spec may name only prometheusUrl itself."""
+    ca_file: str | None = None
+    """PEM bundle that verifies prometheusUrl's certificate; default: the system's CAs."""
+    insecure_skip_tls_verify: bool = False
+    """Do not verify prometheusUrl's certificate (test setups only; never for a spec's URL)."""
+    username_file: str | None = None
+    """Basic auth for prometheusUrl: files holding the user name and password (a mounted Secret)."""
+    password_file: str | None = None
+    bearer_token_file: str | None = None
+    """Bearer token for prometheusUrl (a mounted Secret); re-read every pass, so rotation needs no restart."""
+    deployment_label: str = Field(default="label_tide_dev_deployment", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+    """Label naming a series' TideDeployment (the chart's PodMonitor relabels tide.dev/deployment to it)."""
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> PrometheusConfig:
+        if (self.username_file is None) != (self.password_file is None):
+            raise ValueError("usernameFile and passwordFile go together")
+        if self.bearer_token_file and self.username_file:
+            raise ValueError("bearerTokenFile or usernameFile/passwordFile, not both")
+        for url in self.allowed_urls:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.username:
+                raise ValueError(f"allowedUrls: {url!r} is not an http(s) URL prefix without userinfo or query")
+        return self
+
+
 class OperatorConfig(_ConfigModel):
     serving: ServingConfig = Field(default_factory=ServingConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     pod_policy: PodPolicyConfig = Field(default_factory=PodPolicyConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     prometheus_url: str = "http://prometheus-operated.monitoring:9090"
+    prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig)
     prometheus_window_seconds: float = Field(default=60.0, gt=0, le=3600)
     """Rate window of the acceptance and throughput queries; keep it >= 4 scrape intervals."""
     prometheus_interval_seconds: float = Field(default=10.0, gt=0, le=3600)

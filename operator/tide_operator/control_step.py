@@ -34,7 +34,9 @@ from tide_operator.fleet import Fleet, ServingPod
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.pod import registry_prefix, s3_encryption
 from tide_operator.manifests.serving import CONTROL_AUTH_KEY
+from tide_operator.prometheus_access import CredentialsError
 from tide_operator.prometheus_adapter import PrometheusAdapters
+from tide_operator.prometheus_credentials import resolve_connection
 from tide_operator.sensors import read_sensors
 from tide_operator.serving_status import EventNote, StatusDraft
 
@@ -61,12 +63,24 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     registry = make_registry(name, namespace, spec, cluster,
                              multipart_copy_threshold=config.promotion.multipart_copy_threshold_bytes)
     fleet = make_fleet(name, namespace, spec, cluster)
-    prometheus = adapters.for_endpoint(spec.prometheus.url or config.prometheus_url)
-    reading = read_sensors(name, namespace, spec, state, prometheus, registry, cluster)
+    reading = _sensor_reading(name, namespace, spec, state, registry, cluster, config, adapters)
     effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
     params = policy_params(spec, observation_window_s=config.prometheus_window_seconds)
     kept = control_pass(draft, params, reading, effects, now_s)
     enforce_buffer_caps(draft, registry, reading, params.capture, kept, now_s)
+
+
+def _sensor_reading(name: str, namespace: str, spec: TideDeploymentSpec, state: PolicyState, registry: DraftRegistry,
+                    cluster: Cluster, config: OperatorConfig, adapters: PrometheusAdapters) -> SensorReading:
+    """The pass's reading through this deployment's Prometheus connection (prometheus_access decides
+    which URL and whose credentials; unusable credentials hold decisions like a Prometheus down)."""
+    try:
+        connection = resolve_connection(namespace, spec.prometheus, config, cluster.secret_data)
+    except CredentialsError as e:
+        return SensorReading(None, str(e))
+    label = spec.prometheus.deployment_label or config.prometheus.deployment_label
+    prometheus = adapters.for_connection(connection, label)
+    return read_sensors(name, namespace, spec, state, prometheus, registry, cluster)
 
 
 def forget(namespace: str, name: str) -> None:

@@ -16,6 +16,7 @@ import yaml
 
 from tide_operator import control_step, metrics
 from tide_operator.api import GROUP, PLURAL, VERSION
+from tide_operator.api.messages import bounded_message
 from tide_operator.artifacts import ArtifactsUnreachable, delete_deployment_artifacts
 from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig, load_operator_config
@@ -72,7 +73,7 @@ def reconcile_tide_deployment(body: kopf.Body, patch: kopf.Patch, **_: Any) -> N
     namespace, name = body.metadata.namespace or "", body.metadata.name or ""
     metrics.observe_status(namespace, name, result.status)
     for note in result.events:
-        kopf.event(body, type=note.type, reason=note.reason, message=note.message)
+        post_event(body, note.type, note.reason, note.message)
         if note.action:
             metrics.record_decision(note.action, note.reason, namespace, name)
         if note.training_outcome:
@@ -80,6 +81,11 @@ def reconcile_tide_deployment(body: kopf.Body, patch: kopf.Patch, **_: Any) -> N
     for applied in result.applied:
         if applied.action != "unchanged":
             log.info("%s %s %s %s", applied.action, applied.kind, applied.name, ", ".join(applied.drift))
+
+
+def post_event(body: kopf.Body, type_: str, reason: str, message: str) -> None:
+    """Every Event the operator posts: credentials stripped, length bounded (api/messages.py)."""
+    kopf.event(body, type=type_, reason=reason, message=bounded_message(message))
 
 
 def write_status(patch: kopf.Patch, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -104,9 +110,9 @@ def delete_artifacts(body: kopf.Body, **_: Any) -> None:
         deleted = delete_deployment_artifacts(dict(body), Cluster(), CONFIG)
     except ArtifactsUnreachable as e:
         # Retrying forever would block the namespace's deletion: say what is left behind.
-        kopf.event(body, type="Warning", reason="ArtifactsKept", message=str(e))
-        raise kopf.PermanentError(str(e)) from e
-    kopf.event(body, type="Normal", reason="ArtifactsDeleted", message=f"deleted {deleted} S3 objects")
+        post_event(body, "Warning", "ArtifactsKept", str(e))
+        raise kopf.PermanentError(bounded_message(str(e))) from e
+    post_event(body, "Normal", "ArtifactsDeleted", f"deleted {deleted} S3 objects")
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, id="forget-metrics", optional=True)

@@ -34,6 +34,7 @@ from tide_operator.manifests.serving import (
     launch_bands_of,
 )
 from tide_operator.prometheus_adapter import PrometheusAdapters
+from tide_operator.prometheus_credentials import prometheus_refusal
 from tide_operator.serving_status import (
     EventNote,
     ServingObservation,
@@ -64,7 +65,8 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
     except SpecError as e:
         invalid(draft, Reason.INVALID_SPEC, e.field, e.message)
         return _result(draft)
-    refusal = policy_refusal(spec, namespace, name, config)
+    refusal = (policy_refusal(spec, namespace, name, config)
+               or prometheus_refusal(spec.prometheus, namespace, config, cluster))
     if refusal:
         invalid(draft, refusal[0], *_summary(refusal[1]))
         return _result(draft)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from tide_operator.api.conditions import ConditionType, Reason, set_condition
+from tide_operator.api.messages import bounded_message
 from tide_operator.api.status import (
     Condition,
     ConditionStatus,
@@ -37,6 +38,10 @@ class EventNote:
     message: str
     action: str = ""  # the control action behind it, for the decisions metric
     training_outcome: str = ""  # succeeded | failed: a trainer Job ended (the training jobs metric)
+
+    def __post_init__(self) -> None:
+        # Credentials out and length bounded once, where every Event of a pass is made (api/messages.py).
+        object.__setattr__(self, "message", bounded_message(self.message))
 
 
 @dataclass

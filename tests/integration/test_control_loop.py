@@ -27,6 +27,7 @@ from tide_operator.api import GROUP, PLURAL, VERSION
 
 pytestmark = pytest.mark.integration
 
+UNREACHABLE_PROMETHEUS = "http://127.0.0.1:9"
 A = 0.6  # modelled speedup with the default cost profile: ~1.33x at batch 4, ~0.82x at batch 256
 
 
@@ -46,7 +47,9 @@ def scenario_file(tmp_path_factory) -> Path:
 def operator(plane, kube, scenario_file):
     install_crd(kube)
     grant_operator_rbac(kube)
-    process = OperatorProcess(plane, sim_operator_config(scenario_file)).start()
+    # The unreachable Prometheus of the Degraded scenario is a spec URL: the operator must allow it.
+    config = {**sim_operator_config(scenario_file), "prometheus": {"allowedUrls": [UNREACHABLE_PROMETHEUS]}}
+    process = OperatorProcess(plane, config).start()
     yield process
     process.stop()
 
@@ -149,7 +152,7 @@ def test_speculation_follows_load_without_flapping(kube, namespace, operator, s3
 
 def test_prometheus_unreachable_holds_decisions_and_recovers(kube, namespace, operator, plane, s3, s3_endpoint):
     s3.create_bucket(Bucket="tide-blind")
-    create(kube, namespace, spec("tide-blind", s3_endpoint, prometheus="http://127.0.0.1:9"))
+    create(kube, namespace, spec("tide-blind", s3_endpoint, prometheus=UNREACHABLE_PROMETHEUS))
 
     def degraded():
         st = status(kube, namespace)

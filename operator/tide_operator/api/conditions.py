@@ -30,6 +30,7 @@ class Reason:
     POD_POLICY_VIOLATION = "PodPolicyViolation"  # the spec asks for more than the operator's podPolicy allows
     STORAGE_POLICY_VIOLATION = "StoragePolicyViolation"  # S3 outside what the operator config lends it
     MISSING_CREDENTIALS = "MissingCredentials"
+    PROMETHEUS_NOT_ALLOWED = "PrometheusNotAllowed"  # spec.prometheus.url is outside prometheus.allowedUrls
     WAITING_FOR_REPLICAS = "WaitingForReplicas"
     REPLICAS_READY = "ReplicasReady"
     SCALED_TO_ZERO = "ScaledToZero"

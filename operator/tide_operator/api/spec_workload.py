@@ -147,6 +147,19 @@ class StorageSpec(ApiModel):
     s3: S3Storage
 
 
+# A label name goes into PromQL: the pattern is Prometheus' own, so nothing else can.
+PrometheusLabelName = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+]
+
+
 class PrometheusSpec(ApiModel):
     url: Annotated[str, StringConstraints(max_length=512, pattern=r"^https?://\S+$")] | None = None
-    """Prometheus that scrapes the vLLM pods; default from the operator configuration."""
+    """Prometheus that scrapes the vLLM pods; default from the operator configuration. Another URL
+    must lie under the operator configuration's prometheus.allowedUrls."""
+    credentials_secret: DnsSubdomain | None = None
+    """Secret in this namespace with ``username`` and ``password`` (basic auth) or ``token`` (bearer),
+    and optionally ``ca.crt`` (PEM) to verify the server; the only credentials sent to a spec url."""
+    deployment_label: PrometheusLabelName | None = None
+    """Label naming the TideDeployment on the scraped vLLM series; default from the operator
+    configuration (label_tide_dev_deployment, as the chart's PodMonitor relabels it)."""

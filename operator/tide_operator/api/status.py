@@ -5,14 +5,24 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, StringConstraints
+from pydantic import BeforeValidator, ConfigDict, Field, StringConstraints
 
 from tide_operator.api.base import ApiModel, GpuClassName
+from tide_operator.api.messages import bounded_message
 
 REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 Time = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 """RFC 3339 time (``2026-01-02T03:04:05Z``), see ``conditions.rfc3339``."""
 DraftVersion = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+def _bounded(value: object) -> object:
+    return bounded_message(value) if isinstance(value, str) else value
+
+
+# Every writer of a condition or decision message goes through the model: credentials are stripped
+# and the length bounded (api/messages.py) before the 32 KiB limit the API server enforces is checked.
+Message = Annotated[str, BeforeValidator(_bounded), StringConstraints(min_length=1, max_length=32768)]
 
 
 class StatusModel(ApiModel):
@@ -43,7 +53,7 @@ class Condition(StatusModel):
     type: Annotated[str, StringConstraints(min_length=1, max_length=316)]
     status: ConditionStatus
     reason: Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=REASON_PATTERN)]
-    message: Annotated[str, StringConstraints(min_length=1, max_length=32768)]
+    message: Message
     """Required like metav1.Condition's; never empty (the v1.20 API server reads "" as null)."""
     last_transition_time: Time
     observed_generation: int = Field(default=0, ge=0)
@@ -85,7 +95,7 @@ class Decision(StatusModel):
     time: Time
     action: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     reason: Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=REASON_PATTERN)]
-    message: Annotated[str, StringConstraints(min_length=1, max_length=32768)] | None = None
+    message: Message | None = None
 
 
 class TideDeploymentStatus(StatusModel):

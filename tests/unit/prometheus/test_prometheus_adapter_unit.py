@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tide_operator.prometheus_access import PrometheusConnection
 from tide_operator.prometheus_adapter import (
     AdapterConfig,
     PrometheusAdapter,
@@ -177,9 +178,9 @@ def test_observation_without_series_is_empty() -> None:
 def test_deployments_sharing_an_endpoint_share_one_adapter() -> None:
     made: list[str] = []
 
-    def factory(endpoint: str, config: AdapterConfig) -> PrometheusAdapter:
-        made.append(endpoint)
-        return PrometheusAdapter(endpoint, config, query=lambda q, t: [])
+    def factory(connection: PrometheusConnection, config: AdapterConfig) -> PrometheusAdapter:
+        made.append(connection.url)
+        return PrometheusAdapter(connection, config, query=lambda q, t: [])
 
     adapters = PrometheusAdapters(factory=factory)
     assert adapters.for_endpoint("http://p:9090/") is adapters.for_endpoint("http://p:9090")
