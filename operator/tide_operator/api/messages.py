@@ -21,8 +21,10 @@ _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s'\"
 _AUTHORIZATION = re.compile(
     r"(?P<key>(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?)(?:(?P<scheme>bearer|basic)\s+)?[^\s'\",}]+",
     re.IGNORECASE)
-# A bare "Bearer <token>" or "Basic <base64>" anywhere else
-_SCHEME_CREDENTIAL = re.compile(r"\b(?P<scheme>bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+# A bare "Bearer <token>" or "Basic <base64>" anywhere else; a lowercase word is prose ("basic
+# authentication"), so the credential must hold a digit, a capital or a symbol.
+_SCHEME_CREDENTIAL = re.compile(
+    r"\b(?P<scheme>[Bb]earer|[Bb]asic|BEARER|BASIC)\s+(?=[a-z]*[^a-z\s])[A-Za-z0-9._~+/=-]{8,}")
 # ?access_token=x&password=y in query strings
 _QUERY_SECRET = re.compile(r"(?P<key>[?&](?:access_token|token|password|passwd|api_key|apikey)=)[^&\s'\"#]+",
                            re.IGNORECASE)

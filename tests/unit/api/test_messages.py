@@ -23,6 +23,7 @@ NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     ("token was bearer eyJhbGciOiJIUzI1NiJ9.x", "token was bearer ***"),
     ("GET /q?query=up&access_token=abc123&x=1", "GET /q?query=up&access_token=***&x=1"),
     ("an email a@b.c and a path /a/b stay", "an email a@b.c and a path /a/b stay"),
+    ("basic authentication required", "basic authentication required"),
 ])
 def test_redact_strips_userinfo_authorization_and_token_parameters(text: str, expected: str) -> None:
     assert redact(text) == expected
