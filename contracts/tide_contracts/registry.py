@@ -322,9 +322,9 @@ class DraftRegistry:
                 except ClientError as e:
                     raise RegistryError(f"copying {source} to {destination}: {e}") from e
         except (RegistryError, BotoCoreError):
-            for key in written:
-                with contextlib.suppress(ClientError, BotoCoreError):
-                    self.client.delete_object(Bucket=self.bucket, Key=key)
+            # Best effort, and only under drafts/vN/ (prefix_delete checks every key).
+            with contextlib.suppress(ClientError, BotoCoreError, DeletionRefused):
+                delete_under_prefix(self.client, self.bucket, self.key("drafts", version) + "/", written)
             raise
 
     def _claim_next_version(self) -> str:
