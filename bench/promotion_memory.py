@@ -16,6 +16,12 @@ promotion. Peak: the kernel's high-water mark (VmHWM, reset at idle by writing 5
 counts. The first copy call also loads botocore's models for the copy operations: counted, so the
 number is conservative. --check exits 1 when the peak above idle is >= 100 MiB or the promoted draft
 is not the candidate.
+
+moto's server is slow at large multipart copies: every UploadPartCopy reads the whole source, and
+CompleteMultipartUpload joins the parts in memory. When that join outlasts the operator's 30 s read
+timeout, botocore retries it while moto still works on the first one, and moto fails both (seen at
+2 GiB in 512 MiB parts on a loaded machine; 2 GiB in 1 GiB parts completed in 25 s). Real S3 keeps
+such a connection alive with whitespace while it completes.
 """
 
 from __future__ import annotations
