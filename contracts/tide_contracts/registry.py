@@ -6,6 +6,7 @@ s3://<bucket>/<prefix>/
   promoted.json          the pointer to the served vN, replaced only by a conditional write
   history/               one object per promotion, rollback or rejection (no read-modify-write)
   captures/              the bounded rolling buffer of hidden-state shards
+  claims/<run_id>.json   the shards a running trainer reads (pruning skips them until the run ends)
 
 No complete draft under drafts/ is ever deleted or overwritten (a copy that fails midway removes
 only its own partial files). Promotion verifies by streaming and copies inside S3
@@ -17,6 +18,7 @@ on the pointer raises PointerConflict; the pointer is never half-written (S3 put
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -37,6 +39,8 @@ POINTER_FILE = "promoted.json"
 CLAIM_FILE = ".claim"  # created with If-None-Match: * to reserve a vN before any file is copied
 CAPTURE_SAMPLES_METADATA = "samples"  # S3 user metadata on a capture object: requests it holds
 _VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # the trainer's run id
+CLAIM_VERSION = 1  # claims/<run id>.json: docs/contracts/draft-registry.md
 
 
 class RegistryError(RuntimeError):
@@ -103,6 +107,9 @@ class PromotedPointer(_Frozen):
     target_revision: str
     tokenizer_hash: str | None = None
     updated_at: str
+    # sha256 of drafts/<version>/manifest.json as the operator wrote it: pods check the manifest they
+    # fetch against it (DraftLoadRequest.manifest_sha256). None in pointers written before it existed.
+    manifest_sha256: str | None = None
 
 
 class HistoryEntry(_Frozen):
@@ -179,6 +186,14 @@ class DraftRegistry:
     def candidate_manifest(self, run_id: str) -> Manifest:
         return Manifest.model_validate_json(self._get(self.key("candidates", run_id, MANIFEST_FILE)))
 
+    def candidate_report(self, run_id: str) -> dict[str, Any] | None:
+        """The candidate's evaluation report (eval.json, trainer contract), None if it has none."""
+        try:
+            report = json.loads(self._get(self.key("candidates", run_id, "eval.json")))
+        except (RegistryError, ValueError):
+            return None
+        return report if isinstance(report, dict) else None
+
     def draft_manifest(self, version: str) -> Manifest:
         return Manifest.model_validate_json(self._get(self.key("drafts", version, MANIFEST_FILE)))
 
@@ -233,17 +248,15 @@ class DraftRegistry:
         self._copy_draft(run_id, version, manifest.files, etags)
         stamp = _iso(now)
         draft = manifest.model_copy(update={"kind": "draft", "version": version, "promoted_at": stamp})
-        self._put(
-            self.key("drafts", version, MANIFEST_FILE),
-            draft.model_dump_json(indent=2).encode(),
-            IfNoneMatch="*",
-        )
+        written = draft.model_dump_json(indent=2).encode()
+        self._put(self.key("drafts", version, MANIFEST_FILE), written, IfNoneMatch="*")
         new = PromotedPointer(
             version=version,
             run_id=run_id,
             target_revision=target_revision,
             tokenizer_hash=tokenizer_hash,
             updated_at=stamp,
+            manifest_sha256=hashlib.sha256(written).hexdigest(),
         )
         self._replace_pointer(new, etag)
         previous = pointer.version if pointer else None
@@ -397,6 +410,58 @@ class DraftRegistry:
             raise PruneIncomplete(outcome.deleted, f"{len(outcome.deleted)} captures deleted, "
                                   f"{len(outcome.failed)} not: {outcome.describe_failures()}")
         return list(outcome.deleted)
+
+    # -- capture claims (a running trainer's hold on the shards it reads) ------------------------
+    def claim_key(self, run_id: str) -> str:
+        if not _RUN_ID_RE.match(run_id):
+            raise RegistryError(f"claim: run id {run_id!r} does not match {_RUN_ID_RE.pattern}")
+        return self.key("claims", f"{run_id}.json")
+
+    def put_claim(self, run_id: str, shards: list[CaptureObject], *, created_at: float, expires_at: float) -> str:
+        """Write ``claims/<run id>.json`` listing ``shards`` (every key under captures/); returns its key.
+
+        Written once (If-None-Match): a retried launch keeps the claim its trainer may already have
+        read; PointerConflict when it exists.
+        """
+        outside = [c.key for c in shards if not c.key.startswith(self.key("captures") + "/")]
+        if outside:
+            raise RegistryError(f"refusing to claim outside {self.key('captures')}/: {outside[:3]}")
+        body = {"claim_version": CLAIM_VERSION, "run_id": run_id, "created_at": created_at,
+                "expires_at": expires_at,
+                "shards": [{"key": c.key, "last_modified": c.last_modified, "size": c.size} for c in shards]}
+        key = self.claim_key(run_id)
+        self._put(key, json.dumps(body).encode(), ContentType="application/json", IfNoneMatch="*")
+        return key
+
+    def list_claims(self) -> list[dict[str, Any]]:
+        """Every claim object's body (unreadable ones are skipped: they protect nothing)."""
+        out = []
+        for key in self._list(self.key("claims") + "/"):
+            try:
+                body = json.loads(self._get(key))
+            except (RegistryError, ValueError):
+                continue
+            if isinstance(body, dict) and key == self.key("claims", f"{body.get('run_id')}.json"):
+                out.append(body)
+        return out
+
+    def release_claim(self, run_id: str) -> None:
+        """Delete the claim of ``run_id`` (absent is fine: S3 deletes are idempotent)."""
+        self._delete_under(self.key("claims") + "/", [self.claim_key(run_id)])
+
+    def _delete_under(self, prefix: str, keys: list[str]) -> tuple[str, ...]:
+        if not keys:
+            return ()
+        try:
+            outcome = delete_under_prefix(self.client, self.bucket, prefix, keys)
+        except DeletionRefused as e:
+            raise RegistryError(str(e)) from e
+        except ClientError as e:
+            raise RegistryError(f"deleting under {prefix}: {e}") from e
+        if outcome.failed:
+            raise PruneIncomplete(outcome.deleted, f"{len(outcome.deleted)} objects under {prefix} deleted, "
+                                  f"{len(outcome.failed)} not: {outcome.describe_failures()}")
+        return outcome.deleted
 
     # -- S3 primitives --------------------------------------------------------------------------
     def _put(self, key: str, body: bytes, **extra: Any) -> None:

@@ -46,13 +46,13 @@ def verify_draft(source: str, expected_version: str | None, target_revision: str
     return version
 
 
-def promoted_source(registry_uri: str) -> tuple[str, str]:
-    """(draft directory, version) the registry's promoted.json names."""
+def promoted_source(registry_uri: str) -> tuple[str, str, str | None]:
+    """(draft directory, version, manifest sha256 as written at promotion) the registry's promoted.json names."""
     try:
         pointer = PromotedPointer.model_validate_json(read_bytes(join(registry_uri, POINTER_FILE)))
     except (StorageError, ValidationError) as err:
         raise DraftLoadError(ErrorCode.SOURCE_UNAVAILABLE, f"{registry_uri}/{POINTER_FILE}: {err}") from err
-    return join(registry_uri, "drafts", pointer.version), pointer.version
+    return join(registry_uri, "drafts", pointer.version), pointer.version, pointer.manifest_sha256
 
 
 def _manifest(source: str, expected_sha256: str | None = None) -> Manifest:

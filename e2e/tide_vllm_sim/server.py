@@ -54,8 +54,8 @@ def build_pod(args: ServerArgs) -> control.PodControl:
 def _load_promoted(pod: control.PodControl, registry: str) -> None:
     """Serve the promoted draft from the start, as the plugin does (a warning if it cannot)."""
     try:
-        source, version = promoted_source(registry)
-        pod.engine.draft_version = verify_draft(source, version, pod.target_revision)
+        source, version, manifest_sha256 = promoted_source(registry)
+        pod.engine.draft_version = verify_draft(source, version, pod.target_revision, manifest_sha256)
         pod.draft_source = source
     except DraftLoadError as err:
         pod.warnings.append(f"promoted draft not loaded, serving the launch draft: {err.message}")

@@ -62,6 +62,11 @@ class TrainerConfig(_ConfigModel):
 
 
 class PodPolicyConfig(_ConfigModel):
+    samples_per_second: float = Field(default=1.0, gt=0, le=1_000_000)
+    """Assumed training throughput (captured requests per second of a run) until a run has measured
+    one (its eval.json); prices the default trainer deadline (spec.control.training.timeout)."""
+    window_shards: int = Field(default=4096, ge=1, le=1_000_000)
+    """Newest shards one run claims and reads (the trainer's ``--window-shards``)."""
     """What a TideDeployment may ask of the pods the operator runs for it (docs/security.md).
 
     Allowlists, not denylists: a TideDeployment never grants more than its author could create.
@@ -161,6 +166,12 @@ class OperatorConfig(_ConfigModel):
     def catalog(self) -> GpuCatalog:
         return GpuCatalog(gpu_classes=self.gpu_classes)
 
+    capture_prune_interval_seconds: float = Field(default=60.0, gt=0, le=3600)
+    """How often each TideDeployment's capture buffer is pruned to its retention and caps, whatever
+    Prometheus or the lifecycle are doing (docs/security.md: the retention bound)."""
+    delete_attempts: int = Field(default=5, ge=1, le=100)
+    """Failed attempts at deleting a TideDeployment's S3 data before its finalizer gives up with a
+    Warning Event (so a namespace never hangs on an unreachable bucket)."""
 
 def load_operator_config(raw: Any) -> OperatorConfig:
     """Config from a dict (chart values); raises ConfigError naming the field."""

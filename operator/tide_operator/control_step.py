@@ -4,14 +4,13 @@ Runs at most once per spec.control.interval (the resync timer may be faster), so
 their status writes follow the control interval, not the drift-repair cadence. The time of the
 last run is kept in memory, not in status: a status write per interval would make every pass a
 write even when nothing changed; after an operator restart the first pass simply runs at once.
-After the pass the capture buffer is pruned to spec.control.capture's caps (capture_buffer.py).
+The capture buffer is pruned on its own timer (capture_retention.py), not here.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -21,15 +20,13 @@ from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD
 from tide_contracts.registry import CaptureSampleCache, DraftRegistry
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.units import duration_seconds
-from tide_operator.capture_buffer import PRUNE_REASON, capture_limits, prune_capture_buffer
 from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig
-from tide_operator.control.lifecycle import CaptureParams
 from tide_operator.control.placement import Placement
 from tide_operator.control.policy import PolicyState
 from tide_operator.control.spec_params import policy_params
 from tide_operator.control_loop import SensorReading, control_pass
-from tide_operator.effects import STORAGE_ERRORS, ClusterEffects
+from tide_operator.effects import ClusterEffects
 from tide_operator.fleet import Fleet, ServingPod
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.pod import registry_prefix, s3_encryption
@@ -38,7 +35,7 @@ from tide_operator.prometheus_access import CredentialsError
 from tide_operator.prometheus_adapter import PrometheusAdapters
 from tide_operator.prometheus_credentials import resolve_connection
 from tide_operator.sensors import read_sensors
-from tide_operator.serving_status import EventNote, StatusDraft
+from tide_operator.serving_status import StatusDraft
 
 log = logging.getLogger(__name__)
 _LAST_RUN: dict[tuple[str, str], float] = {}
@@ -66,8 +63,7 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     reading = _sensor_reading(name, namespace, spec, state, registry, cluster, config, adapters)
     effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
     params = policy_params(spec, observation_window_s=config.prometheus_window_seconds)
-    kept = control_pass(draft, params, reading, effects, now_s)
-    enforce_buffer_caps(draft, registry, reading, params.capture, kept, now_s)
+    control_pass(draft, params, reading, effects, now_s)
 
 
 def _sensor_reading(name: str, namespace: str, spec: TideDeploymentSpec, state: PolicyState, registry: DraftRegistry,
@@ -87,20 +83,6 @@ def forget(namespace: str, name: str) -> None:
     """A deleted TideDeployment's in-memory pass state (a new one of the same name starts afresh)."""
     _LAST_RUN.pop((namespace, name), None)
     _SAMPLE_CACHES.pop((namespace, name), None)
-
-
-def enforce_buffer_caps(draft: StatusDraft, registry: DraftRegistry, reading: SensorReading,
-                        capture: CaptureParams, state: PolicyState, now_s: float) -> None:
-    """Prune the capture buffer after the pass; an Event only when something was deleted."""
-    try:
-        pruned = prune_capture_buffer(registry, reading.captures, capture, state.lifecycle.phase,
-                                      datetime.fromtimestamp(now_s, UTC))
-    except STORAGE_ERRORS as e:  # the buffer stays over its cap until a later pass succeeds
-        log.warning("pruning the capture buffer of %s: %s", registry.key("captures"), e)
-        return
-    if pruned is not None:
-        draft.events.append(EventNote("Normal", PRUNE_REASON, pruned.message(capture_limits(capture)),
-                                      action="PruneCaptures"))
 
 
 def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: Cluster, *,

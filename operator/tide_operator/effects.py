@@ -8,6 +8,7 @@ pointer write) before any pod loads the new version.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -15,9 +16,10 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from kubernetes.client.rest import ApiException
 
-from tide_contracts.registry import ChecksumMismatch, DraftRegistry, IncompatibleDraft, RegistryError
+from tide_contracts.registry import ChecksumMismatch, DraftRegistry, IncompatibleDraft, PromotedPointer, RegistryError
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.conditions import Reason
+from tide_operator.capture_retention import claim_shards
 from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control import actions as act
@@ -105,8 +107,13 @@ class ClusterEffects:
         pointer = self._promoted_pointer()
         parent = s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", pointer) if pointer else None
         try:
+            # The claim first: the trainer reads exactly the shards it names, and pruning skips them.
+            deadline = claim_shards(self.registry, self.spec, self.config, action.run_id, time.time())
+        except STORAGE_ERRORS as e:
+            raise EffectError(f"claiming the capture shards of {action.run_id}: {e}") from e
+        try:
             job = build_trainer_job(self.name, self.namespace, self.spec, self.placement, run_id=action.run_id,
-                                    operator_config=self.config, parent_draft=parent)
+                                    operator_config=self.config, parent_draft=parent, deadline_s=deadline)
             # Deterministic name: after a restart our own Job is found, never repeated; one without
             # our owner UID is never used (its status would pass for our run's).
             self.cluster.create_owned(self.adopt(job))
@@ -145,8 +152,8 @@ class ClusterEffects:
         except STORAGE_ERRORS as e:
             raise EffectError(f"promote {action.candidate}: {e}") from e
         source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", pointer.version)
-        try:
-            self.fleet.load_draft(source, pointer.version)
+        try:  # the manifest's checksum as written at promotion, not as read back from the same prefix
+            self.fleet.load_draft(source, pointer.version, manifest_sha256=pointer.manifest_sha256)
         except DraftRefused as e:
             # The pointer already names the new version: retry the load (promotion is idempotent
             # per run), never roll back a candidate that is already promoted.
@@ -155,7 +162,9 @@ class ClusterEffects:
     def roll_back(self, action: act.RollBack) -> None:
         # Pods first, the history last: a swap that fails is retried next pass, and the history
         # must not record a rejection the pass then reverses.
-        self._serve(self._promoted_pointer(), self.canary_pods(self.spec.control.canary.replicas))
+        pointer = self._current_pointer()
+        self._serve(pointer.version if pointer else None, self.canary_pods(self.spec.control.canary.replicas),
+                    pointer.manifest_sha256 if pointer else None)
         try:
             self.registry.record_rejection(action.candidate, now=datetime.now(UTC), reason=action.message)
         except STORAGE_ERRORS as e:
@@ -176,7 +185,7 @@ class ClusterEffects:
         ready = sorted((p for p in self.fleet.pods if p.ready), key=lambda p: p.name)
         return ready[:replicas]
 
-    def _serve(self, version: str | None, pods: list[Any] | None) -> None:
+    def _serve(self, version: str | None, pods: list[Any] | None, manifest_sha256: str | None = None) -> None:
         if version is None:
             source = self.spec.draft.initial
             if source is None:
@@ -184,13 +193,19 @@ class ClusterEffects:
                 return
             self.fleet.load_draft(source, None, pods)
             return
-        self.fleet.load_draft(s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", version), version, pods)
+        self.fleet.load_draft(s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", version), version, pods,
+                              manifest_sha256=manifest_sha256)
 
     def _promoted_pointer(self) -> str | None:
+        pointer = self._current_pointer()
+        return pointer.version if pointer else None
+
+    def _current_pointer(self) -> PromotedPointer | None:
+        """The promoted pointer when it is for this target revision (None: serve the launch draft)."""
         try:
             pointer, _ = self.registry.promoted()
         except STORAGE_ERRORS as e:
             raise EffectError(f"read promoted pointer: {e}") from e
         if pointer is None or pointer.target_revision != self.spec.target.revision:
             return None
-        return pointer.version
+        return pointer

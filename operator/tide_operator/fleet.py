@@ -110,8 +110,9 @@ class Fleet:
         request = CaptureRequest(enabled=enabled, sampling_rate=sampling_rate, destination=destination)
         self._each("capture " + ("on" if enabled else "off"), lambda c: c.set_capture(request), pods)
 
-    def load_draft(self, source: str, version: str | None, pods: Sequence[ServingPod] | None = None) -> None:
-        request = DraftLoadRequest(source=source, version=version)
+    def load_draft(self, source: str, version: str | None, pods: Sequence[ServingPod] | None = None,
+                   manifest_sha256: str | None = None) -> None:
+        request = DraftLoadRequest(source=source, version=version, manifest_sha256=manifest_sha256)
         self._each(f"loading draft {version or source}", lambda c: c.load_draft(request), pods)
 
     def statuses(self, ready_only: bool = False) -> dict[str, ServingStatus | None]:

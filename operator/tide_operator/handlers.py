@@ -13,19 +13,24 @@ from typing import Any
 
 import kopf
 import yaml
+from kubernetes.client.rest import ApiException
 
 from tide_operator import control_step, metrics
 from tide_operator.api import GROUP, PLURAL, VERSION
 from tide_operator.api.messages import bounded_message
-from tide_operator.artifacts import ArtifactsUnreachable, delete_deployment_artifacts
+from tide_operator.artifacts import ArtifactsRefused, ArtifactsUnreachable, delete_deployment_artifacts
+from tide_operator.capture_retention import stop_capture_writers
 from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig, load_operator_config
 from tide_operator.prometheus_adapter import AdapterConfig, PrometheusAdapters
 from tide_operator.reconcile import reconcile
 
+from tide_operator.retention_timer import retention_pass
 log = logging.getLogger(__name__)
 KOPF_STATUS_KEYS = ("kopf",)
 
+DELETE_RETRY_DELAY_S = 3  # between attempts at deleting a TideDeployment's S3 data
+WRITER_STOP_ATTEMPTS = 20  # waits (DELETE_RETRY_DELAY_S each) for the serving pods to stop before deleting captures
 
 def load_config() -> OperatorConfig:
     """From the YAML file named by TIDE_OPERATOR_CONFIG (the chart's ConfigMap), else defaults."""
@@ -98,21 +103,57 @@ def write_status(patch: kopf.Patch, old: dict[str, Any], new: dict[str, Any]) ->
             patch.status[key] = None
 
 
-def _opted_in_to_artifact_deletion(spec: kopf.Spec, **_: Any) -> bool:
-    return bool(((spec.get("storage") or {}).get("s3") or {}).get("deleteArtifactsOnDelete"))
+def _s3_spec(spec: kopf.Spec) -> dict[str, Any]:
+    return dict((spec.get("storage") or {}).get("s3") or {})
 
 
-# Only objects that opted in get this handler, and so the finalizer: by default S3 is kept and
-# deletion never waits on the operator.
-@kopf.on.delete(GROUP, VERSION, PLURAL, id="delete-artifacts", when=_opted_in_to_artifact_deletion)
-def delete_artifacts(body: kopf.Body, **_: Any) -> None:
+def _deletes_s3_data(spec: kopf.Spec, **_: Any) -> bool:
+    s3 = _s3_spec(spec)
+    return bool(s3.get("deleteArtifactsOnDelete")) or s3.get("deleteCapturesOnDelete", True) is not False
+
+
+# Objects that delete S3 data on deletion (captures by default: tenant data) get this handler and so
+# the finalizer; it gives up after config.deleteAttempts failures, so a namespace never hangs on S3.
+@kopf.on.delete(GROUP, VERSION, PLURAL, id="delete-artifacts", when=_deletes_s3_data)
+def delete_artifacts(body: kopf.Body, spec: kopf.Spec, retry: int, **_: Any) -> None:
+    everything = bool(_s3_spec(spec).get("deleteArtifactsOnDelete"))
+    if retry < WRITER_STOP_ATTEMPTS and _capture_writers_running(body):
+        raise kopf.TemporaryError("waiting for the serving pods to stop writing captures", delay=DELETE_RETRY_DELAY_S)
     try:
-        deleted = delete_deployment_artifacts(dict(body), Cluster(), CONFIG)
+        if everything:
+            deleted = delete_deployment_artifacts(dict(body), Cluster(), CONFIG)
+        else:  # captures and the trainers' claims on them; drafts, pointer and history stay
+            deleted = sum(delete_deployment_artifacts(dict(body), Cluster(), CONFIG, under=folder)
+                          for folder in ("captures", "claims"))
     except ArtifactsUnreachable as e:
-        # Retrying forever would block the namespace's deletion: say what is left behind.
-        post_event(body, "Warning", "ArtifactsKept", str(e))
-        raise kopf.PermanentError(bounded_message(str(e))) from e
-    post_event(body, "Normal", "ArtifactsDeleted", f"deleted {deleted} S3 objects")
+        # A refused spec (storage tenancy) stays refused: give up at once, nothing was deleted.
+        if not isinstance(e, ArtifactsRefused) and retry + 1 < WRITER_STOP_ATTEMPTS + CONFIG.delete_attempts:
+            raise kopf.TemporaryError(bounded_message(str(e)), delay=DELETE_RETRY_DELAY_S) from e
+        # Give up: say what is left behind, and let the deletion finish (the finalizer goes).
+        message = f"{e}; gave up after {retry + 1} attempts"
+        post_event(body, "Warning", "ArtifactsKept", message)
+        raise kopf.PermanentError(bounded_message(message)) from e
+    what = "S3 objects" if everything else "capture objects (drafts kept)"
+    post_event(body, "Normal", "ArtifactsDeleted", f"deleted {deleted} {what}")
+
+
+def _capture_writers_running(body: kopf.Body) -> bool:
+    """Scale the serving pods to zero first: shards they flush on the way out would outlive the delete."""
+    meta = body.metadata
+    try:
+        return stop_capture_writers(meta.name or "", meta.namespace or "", meta.uid or "", Cluster())
+    except ApiException as e:  # cannot tell: delete now rather than hold the namespace
+        log.warning("stopping the serving pods of %s/%s before deleting captures: %s", meta.namespace, meta.name, e)
+        return False
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.capture_prune_interval_seconds, id="prune-captures")
+def prune_captures(body: kopf.Body, **_: Any) -> None:
+    """Capture retention on its own cadence: whatever Prometheus and the lifecycle are doing."""
+    for note in retention_pass(dict(body), Cluster(), CONFIG):
+        post_event(body, note.type, note.reason, note.message)
+        if note.action:
+            metrics.record_decision(note.action, note.reason, body.metadata.namespace or "", body.metadata.name or "")
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, id="forget-metrics", optional=True)

@@ -96,13 +96,24 @@ def trainer_outcome(name: str, namespace: str, state: PolicyState, cluster: Clus
     if job is None:
         return TrainingObservation(run, TrainingStatus.MISSING)
     status = job.get("status") or {}
-    if status.get("failed"):
-        pods = [p for p in cluster.pods(namespace, selector)
-                if (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == job_name]
-        return failed_run(run, pods)
+    if status.get("failed") or _deadline_exceeded(status):
+        return _failed(run, job_name, status, namespace, cluster)
     if not status.get("succeeded"):
         return TrainingObservation(run, TrainingStatus.RUNNING)
     return _evaluated(run, registry)
+
+
+def _failed(run: str, job_name: str, status: dict[str, Any], namespace: str, cluster: Cluster) -> TrainingObservation:
+    if _deadline_exceeded(status):  # the Job controller stopped a hung trainer (activeDeadlineSeconds)
+        return TrainingObservation(run, TrainingStatus.DEADLINE_EXCEEDED)
+    pods = [p for p in cluster.pods(namespace, f"{labels.TRAINING_RUN_LABEL}={run}")
+            if (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == job_name]
+    return failed_run(run, pods)
+
+
+def _deadline_exceeded(status: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Failed" and c.get("status") == "True" and c.get("reason") == "DeadlineExceeded"
+               for c in status.get("conditions") or [])
 
 
 def failed_run(run: str, pods: list[dict[str, Any]]) -> TrainingObservation:

@@ -265,7 +265,9 @@ class ControlState:
                 log.info("tide: no promoted draft for target %s; serving the launch draft",
                          self.settings.target_revision)
                 return
-            result = await self.load_draft(sc.DraftLoadRequest(source=promoted[0], version=promoted[1]))
+            source, version, manifest_sha256 = promoted
+            result = await self.load_draft(sc.DraftLoadRequest(source=source, version=version,
+                                                               manifest_sha256=manifest_sha256))
             log.info("tide: serving promoted draft %s", result.draft.version)
         except (DraftRefused, ControlFailure) as err:
             msg = f"promoted draft not loaded, serving the launch draft: {err}"

@@ -135,9 +135,10 @@ def prune_downloads(downloads: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def promoted_source(registry: str, target_revision: str) -> tuple[str, str] | None:
-    """(draft version URI, version) that `<registry>/promoted.json` names; None when nothing was
-    promoted or the pointer is pinned to another target revision (the contract: "no draft")."""
+def promoted_source(registry: str, target_revision: str) -> tuple[str, str, str | None] | None:
+    """(draft version URI, version, the manifest's sha256 as the operator wrote it) that
+    `<registry>/promoted.json` names; None when nothing was promoted or the pointer is pinned to
+    another target revision (the contract: "no draft")."""
     bucket, prefix = split_s3(registry)
     try:
         pointer, _ = DraftRegistry(_s3_client(), bucket, prefix).promoted()
@@ -146,4 +147,4 @@ def promoted_source(registry: str, target_revision: str) -> tuple[str, str] | No
     if pointer is None or pointer.target_revision != target_revision:
         return None
     base = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
-    return f"{base}/drafts/{pointer.version}", pointer.version
+    return f"{base}/drafts/{pointer.version}", pointer.version, pointer.manifest_sha256

@@ -34,6 +34,7 @@ def scenario(domain: str, acceptance: dict[str, dict[str, float]]) -> dict[str, 
 def sim_operator_config(scenario_file: Path, **serving: Any) -> dict[str, Any]:
     """Short intervals and windows; the simulator as the serving command (more serving settings may follow)."""
     return {"resyncIntervalSeconds": 2, "prometheusWindowSeconds": 8, "prometheusIntervalSeconds": 2,
+            "capturePruneIntervalSeconds": 2,
             "serving": {"command": [sys.executable, "-m", "tide_vllm_sim", "--sim-scenario", str(scenario_file)],
                         **serving}}
 

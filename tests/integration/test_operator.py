@@ -233,4 +233,6 @@ def test_s3_artifacts_are_kept_unless_the_spec_opts_in_to_deletion(kube, namespa
 
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
     assert "other-team/keep.json" in keys  # never anything outside the deployment's prefix
-    assert bool({k for k in keys if k.startswith(f"{namespace}/chat/")}) is not opt_in
+    ours = {k.removeprefix(f"{namespace}/chat/") for k in keys if k.startswith(f"{namespace}/chat/")}
+    # Captures are tenant data and go either way (deleteCapturesOnDelete defaults to true); drafts only on opt-in.
+    assert ours == (set() if opt_in else {"drafts/v1/model.safetensors", "promoted.json"})

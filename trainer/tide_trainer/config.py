@@ -24,6 +24,8 @@ class TrainConfig(BaseModel):
     # --- what to learn from
     shards: str = Field(description="Hidden-state shards: a local directory or s3://bucket/prefix")
     window_shards: int = Field(4096, ge=1, description="Train on the newest N shards (the rolling buffer)")
+    shard_claim: str | None = Field(
+        None, description="s3:// URI of a claim object listing the shards to read (instead of listing shards)")
     target_revision: str = Field(description="Target revision every shard must have been captured from")
     tokenizer_hash: str | None = Field(None, description="sha256 of tokenizer.json; shards must match if set")
     eval_fraction: float = Field(0.1, gt=0, lt=1, description="Share of requests held out (split by request)")
@@ -64,6 +66,9 @@ class TrainConfig(BaseModel):
     def _needs_a_starting_point(self) -> TrainConfig:
         if self.parent_draft is None and self.target_model is None:
             raise ValueError("parent_draft or target_model: one is required to build the draft")
+        if self.shard_claim is not None and not (self.shard_claim.startswith("s3://")
+                                                 and self.shards.startswith("s3://")):
+            raise ValueError("shard_claim: needs s3:// URIs for both shard_claim and shards")
         if self.registry is not None and not self.registry.startswith("s3://"):
             raise ValueError(f"registry: expected s3://bucket/prefix, got {self.registry!r}")
         return self

@@ -38,7 +38,7 @@ from tide_trainer.starting_point import (
     parent_draft,
     target_draft_config,
 )
-from tide_trainer.storage import S3ShardSource, is_s3_uri
+from tide_trainer.storage import ClaimedShardSource, S3ShardSource, is_s3_uri
 from tide_trainer.train import fit
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,9 @@ class RunOutcome:
     candidate_uri: str | None
 
 
-def open_source(uri: str) -> ShardSource:
+def open_source(uri: str, claim: str | None = None) -> ShardSource:
+    if claim is not None:  # the operator's claim names the shards: read exactly those
+        return ClaimedShardSource(uri, claim)
     return S3ShardSource(uri) if is_s3_uri(uri) else LocalShardSource(uri)
 
 
@@ -73,7 +75,7 @@ def run_training(cfg: TrainConfig) -> RunOutcome:
 
     # 2. the newest window of shards, checked, split by request
     expect = DataExpectations.for_draft(draft_cfg, cfg.target_revision, cfg.tokenizer_hash)
-    shards = load_window(open_source(cfg.shards), cfg.window_shards, expect)
+    shards = load_window(open_source(cfg.shards, cfg.shard_claim), cfg.window_shards, expect)
     train, held_out = split_samples(shards, cfg.eval_fraction, cfg.max_seq_len)
     if not train or not held_out:
         raise NoDataError(f"shards: {len(train)} training and {len(held_out)} held-out request slices; "

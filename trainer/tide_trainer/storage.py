@@ -7,6 +7,7 @@ becomes a StorageError (exit 6) that says which object failed.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,33 @@ class S3ShardSource:
             return bytes(self.client.get_object(Bucket=self.bucket, Key=ref.name)["Body"].read())
         except (Boto3Error, BotoCoreError, ClientError) as e:
             raise StorageError(f"reading s3://{self.bucket}/{ref.name}: {e}") from e
+
+
+class ClaimedShardSource(S3ShardSource):
+    """Exactly the shards a claim object lists (the operator's ``claims/<run id>.json``).
+
+    The operator keeps claimed shards from retention pruning while the run lasts, so the trainer
+    reads those and no others; every key must lie under the ``shards`` prefix and bucket.
+    """
+
+    def __init__(self, shards_uri: str, claim_uri: str, client: Any | None = None) -> None:
+        super().__init__(shards_uri, client)
+        self.claim_bucket, self.claim_key = parse_s3_uri(claim_uri)
+
+    def list_shards(self) -> list[ShardRef]:
+        where = f"s3://{self.claim_bucket}/{self.claim_key}"
+        try:
+            body = json.loads(self.client.get_object(Bucket=self.claim_bucket, Key=self.claim_key)["Body"].read())
+            refs = [ShardRef(str(s["key"]), float(s["last_modified"]), int(s["size"])) for s in body["shards"]]
+        except (Boto3Error, BotoCoreError, ClientError) as e:
+            raise StorageError(f"reading the shard claim {where}: {e}") from e
+        except (ValueError, KeyError, TypeError) as e:
+            raise StorageError(f"shard claim {where} is not a claim (claim_version 1): {e}") from e
+        outside = [r.name for r in refs if self.claim_bucket != self.bucket or not r.name.startswith(self.prefix + "/")]
+        if outside:
+            raise StorageError(f"shard claim {where} names shards outside s3://{self.bucket}/{self.prefix}/: "
+                               f"{outside[:3]}")
+        return [r for r in refs if r.name.endswith(SHARD_SUFFIX)]
 
 
 def download_prefix(uri: str, dest: Path, names: list[str], client: Any | None = None) -> Path:

@@ -112,7 +112,14 @@ class CaptureSpec(ApiModel):
 
 
 class TrainingControlSpec(ApiModel):
-    """When trainer Jobs start."""
+    """When trainer Jobs start, and how long one may run."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_validations(
+            {"rule": "!has(self.timeout) || duration(self.timeout) >= duration('10s')",
+             "message": "training.timeout must be at least 10s"},
+        )
+    )
 
     sample_threshold: int = Field(default=2048, ge=1, le=100_000_000)
     """New captured samples needed to start training."""
@@ -120,6 +127,10 @@ class TrainingControlSpec(ApiModel):
     """Wait after a failed training run."""
     max_failures: int = Field(default=3, ge=0, le=100)
     """Consecutive failures before training stops and the deployment reports Degraded."""
+    timeout: Duration | None = None
+    """activeDeadlineSeconds of each trainer Job (a run past it is a failed run, and its claim on
+    the capture shards ends). Default: three times the expected run time (the window's samples at
+    the trainer's measured throughput), bounded to [10m, 24h]."""
 
 
 class CanarySpec(ApiModel):

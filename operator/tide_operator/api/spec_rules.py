@@ -15,6 +15,7 @@ from tide_operator.api.units import duration_seconds
 
 Problem = tuple[str, str]
 MIN_INTERVAL_SECONDS = 5
+MIN_TRAINING_TIMEOUT_SECONDS = 10
 
 
 def _tensor_parallel(spec: TideDeploymentSpec) -> list[Problem]:
@@ -74,6 +75,9 @@ def _control_timing(spec: TideDeploymentSpec) -> list[Problem]:
         problems.append(("spec.control.drift.shortHalfLife", "must be shorter than drift.longHalfLife"))
     if control.training.sample_threshold > control.capture.max_buffer_samples:
         problems.append(("spec.control.training.sampleThreshold", "must not exceed control.capture.maxBufferSamples"))
+    timeout = control.training.timeout
+    if timeout is not None and duration_seconds(timeout) < MIN_TRAINING_TIMEOUT_SECONDS:
+        problems.append(("spec.control.training.timeout", f"must be at least {MIN_TRAINING_TIMEOUT_SECONDS}s"))
     return problems
 
 

@@ -140,7 +140,9 @@ class S3Storage(ApiModel):
     credentials_secret: DnsSubdomain | None = None
     """Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; omit to use the service account."""
     delete_artifacts_on_delete: bool = False
-    """Delete captures and drafts when the TideDeployment is deleted (kept by default)."""
+    """Delete captures and drafts when the TideDeployment is deleted (drafts are kept by default)."""
+    delete_captures_on_delete: bool = True
+    """Delete the captured hidden states (tenant data) when the TideDeployment is deleted."""
 
 
 class StorageSpec(ApiModel):

@@ -161,7 +161,7 @@ def _training(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePa
         return _to(done, Phase.EVALUATING, now, "TrainingSucceeded", message, capture=True)
     failures = state.training_failures + 1
     failed = replace(state, active_run=None, training_failures=failures, last_failure_at=now)
-    outcome = "succeeded without an evaluation report" if seen.status is TrainingStatus.SUCCEEDED else seen.status.value
+    outcome = _FAILURE_OUTCOMES.get(seen.status, seen.status.value)
     message = f"run {seen.run_id} {outcome} ({failures}/{params.training.max_failures})"
     if failures >= params.training.max_failures:
         return _to(
@@ -172,7 +172,14 @@ def _training(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePa
             message + ": waiting for the next shift",
             capture=False,
         )
-    return _to(failed, Phase.COLLECTING, now, "TrainingFailed", message, capture=True)
+    reason = "TrainingDeadlineExceeded" if seen.status is TrainingStatus.DEADLINE_EXCEEDED else "TrainingFailed"
+    return _to(failed, Phase.COLLECTING, now, reason, message, capture=True)
+
+
+_FAILURE_OUTCOMES = {
+    TrainingStatus.SUCCEEDED: "succeeded without an evaluation report",
+    TrainingStatus.DEADLINE_EXCEEDED: "ran past its deadline (control.training.timeout) and was stopped",
+}
 
 
 def _not_better(state: LifecycleState, seen: TrainingObservation, now: float) -> Step:

@@ -29,6 +29,7 @@ class TrainingStatus(StrEnum):
     FAILED = "Failed"
     MISSING = "Missing"  # the Job is gone without an outcome: counts as a failure
     NOT_BETTER = "NotBetter"  # trainer exit 7: trained and evaluated, no better than the served draft
+    DEADLINE_EXCEEDED = "DeadlineExceeded"  # the Job ran past activeDeadlineSeconds: a failed run
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ def trainer_args(
     args = [
         "--shards",
         pod.s3_uri(td_name, namespace, storage, "captures"),
+        # The shards this run claimed (the operator writes the claim before the Job): exactly these are read.
+        "--shard-claim",
+        pod.s3_uri(td_name, namespace, storage, "claims", f"{run_id}.json"),
         "--target-revision",
         spec.target.revision,
         "--registry",
@@ -98,12 +101,15 @@ def build_trainer_job(
     run_id: str,
     operator_config: OperatorConfig,
     parent_draft: str | None = None,
+    deadline_s: int | None = None,
 ) -> dict[str, Any]:
     """A Job named ``<td>-train-<run id>`` (deterministic: a restart finds it instead of duplicating).
 
     ``run_id`` must match the trainer's ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``. ``parent_draft`` is the
     served draft to warm-start from (default: spec.draft.initial; none: a fresh draft).
     backoffLimit 0: a failed run is a decision for the control loop (backoff, maxFailures), not a retry.
+    ``deadline_s`` becomes activeDeadlineSeconds (spec.control.training.timeout or its default): a
+    hung trainer fails at it, and its claim on the capture shards ends with it.
     """
     gpu_class = placement.training.gpu_class
     if gpu_class is None:
@@ -129,6 +135,7 @@ def build_trainer_job(
         },
         "spec": {
             "backoffLimit": 0,
+            **({"activeDeadlineSeconds": int(deadline_s)} if deadline_s else {}),
             "template": pod.restricted(merge_override(template, spec.training.pod_template_override or {}),
                                        operator_config.trainer.read_only_root_filesystem),
         },

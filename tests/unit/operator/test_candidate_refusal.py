@@ -77,13 +77,16 @@ def test_a_pod_that_cannot_reach_the_source_is_retried_not_refused() -> None:
 class RecordingFleet:
     def __init__(self, refuse: bool = False) -> None:
         self.loads: list[tuple[str, str | None]] = []
+        self.manifest_checksums: list[str | None] = []
         self.refuse = refuse
         self.pods: list[ServingPod] = []
 
-    def load_draft(self, source: str, version: str | None, pods: Any = None) -> None:
+    def load_draft(self, source: str, version: str | None, pods: Any = None,
+                   manifest_sha256: str | None = None) -> None:
         if self.refuse:
             raise DraftRefused("ChecksumMismatch", f"{source}: sha256 differs")
         self.loads.append((source, version))
+        self.manifest_checksums.append(manifest_sha256)
 
 
 def candidate(registry: DraftRegistry, run_id: str, *, corrupt: bool = False) -> None:
@@ -148,6 +151,10 @@ def test_a_refusal_after_the_pointer_moved_is_retried_and_the_retry_makes_no_sec
     fleet = RecordingFleet()
     effects_on(registry, fleet).promote(act.Promote("r1", "CanarySuccessful", ""))
     assert fleet.loads == [(f"s3://{registry.bucket}/ns/chat/drafts/v1", "v1")]
+    # Pods are told the manifest the operator wrote, so a manifest swapped in drafts/v1 later is refused.
+    written = registry.client.get_object(Bucket=registry.bucket, Key=registry.key("drafts", "v1", "manifest.json"))
+    assert fleet.manifest_checksums == [hashlib.sha256(written["Body"].read()).hexdigest()]
+    assert registry.promoted()[0].manifest_sha256 == fleet.manifest_checksums[0]
     assert registry.list_versions() == ["v1"]
     assert [h.action for h in registry.history()] == ["promote"]
 

@@ -1,4 +1,4 @@
-"""The capture buffer is kept within spec.control.capture's caps after each control pass."""
+"""The capture buffer is pruned on its own timer to spec.control.capture's caps, skipping only claimed shards."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from tide_contracts.registry import CaptureLimits, CaptureObject, captures_to_prune
-from tide_operator.api.status import Phase, TideDeploymentStatus
+from tide_operator.api import parse_spec
 from tide_operator.capture_buffer import captures_to_delete, prune_capture_buffer
+from tide_operator.capture_retention import enforce_retention, parse_claims, running_runs
+from tide_operator.config import OperatorConfig
 from tide_operator.control.lifecycle import CaptureParams
-from tide_operator.control.lifecycle import Phase as LifecyclePhase
-from tide_operator.control.policy import PolicyState
-from tide_operator.control_loop import SensorReading
-from tide_operator.control_step import enforce_buffer_caps
-from tide_operator.serving_status import StatusDraft
+from tide_operator.retention_timer import retention_pass
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 PREFIX = "ns/chat/captures/"
@@ -30,11 +28,12 @@ BUFFER = (shard("c0", 50), shard("c1", 40), shard("c2", 30), shard("c3", 20))  #
 
 
 class FakeRegistry:
-    """Deletes what the contract's prune would; records the listing it was handed."""
+    """Deletes what the contract's prune would; records the listing it was handed; holds claims."""
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, captures=BUFFER, claims=()) -> None:
         self.calls: list[tuple[CaptureLimits, list[CaptureObject] | None]] = []
         self.fail = fail
+        self.captures, self.claims, self.released = list(captures), list(claims), []
 
     def prune_captures(self, limits, now, captures=None):
         if self.fail:
@@ -42,59 +41,129 @@ class FakeRegistry:
         self.calls.append((limits, captures))
         return captures_to_prune(captures or [], limits, now.timestamp())
 
+    def list_captures(self):
+        if self.fail:
+            raise EndpointConnectionError(endpoint_url="http://s3.local")
+        return self.captures
+
+    def list_claims(self):
+        return self.claims
+
+    def release_claim(self, run_id):
+        self.released.append(run_id)
+
     def key(self, *parts: str) -> str:
         return "ns/chat/" + "/".join(parts)
 
 
-@pytest.mark.parametrize(("params", "phase", "deleted"), [
-    (CAPS, LifecyclePhase.COLLECTING, ["c0", "c1"]),  # over maxBufferSamples: oldest first
-    (CaptureParams(max_buffer_bytes=2500), LifecyclePhase.SERVING, ["c0", "c1"]),
-    (CaptureParams(retention_s=35 * 60), LifecyclePhase.CANARY, ["c0", "c1"]),  # 50 and 40 minutes old
-    (CaptureParams(max_buffer_samples=400, max_buffer_bytes=4000), LifecyclePhase.COLLECTING, []),  # at the caps
-    (CAPS, LifecyclePhase.TRAINING, []),  # the trainer is reading the buffer
+@pytest.mark.parametrize(("params", "kept", "deleted"), [
+    (CAPS, (), ["c0", "c1"]),  # over maxBufferSamples: oldest first
+    (CaptureParams(max_buffer_bytes=2500), (), ["c0", "c1"]),
+    (CaptureParams(retention_s=35 * 60), (), ["c0", "c1"]),  # 50 and 40 minutes old
+    (CaptureParams(max_buffer_samples=400, max_buffer_bytes=4000), (), []),  # at the caps
+    (CAPS, ("c0", "c1"), ["c2", "c3"]),  # claimed shards still count toward the caps: the next oldest go
+    (CAPS, ("c0",), ["c1", "c2"]),
+    (CaptureParams(retention_s=35 * 60), ("c0",), ["c1"]),  # past retention but claimed: kept
+    (CaptureParams(retention_s=35 * 60), ("c0", "c1", "c2", "c3"), []),
 ])
-def test_what_a_pass_deletes(params: CaptureParams, phase: LifecyclePhase, deleted: list[str]) -> None:
-    due = captures_to_delete(BUFFER, params, phase, NOW.timestamp())
+def test_what_a_prune_deletes(params: CaptureParams, kept: tuple[str, ...], deleted: list[str]) -> None:
+    due = captures_to_delete(BUFFER, params, {PREFIX + k for k in kept}, NOW.timestamp())
     assert [c.key.removeprefix(PREFIX) for c in due] == deleted
 
 
 def test_nothing_due_makes_no_s3_call() -> None:
     registry = FakeRegistry()
-    within = CaptureParams(max_buffer_samples=4096)
-    assert prune_capture_buffer(registry, BUFFER, within, LifecyclePhase.COLLECTING, NOW) is None
-    assert prune_capture_buffer(registry, BUFFER, CAPS, LifecyclePhase.TRAINING, NOW) is None
+    assert prune_capture_buffer(registry, BUFFER, CaptureParams(max_buffer_samples=4096), (), NOW) is None
+    every = {c.key for c in BUFFER}
+    assert prune_capture_buffer(registry, BUFFER, CaptureParams(retention_s=60), every, NOW) is None
     assert registry.calls == []
 
 
-def test_pruning_reuses_the_sensors_listing_and_counts_what_went() -> None:
+def test_the_registry_prunes_the_unclaimed_listing_under_shrunk_caps() -> None:
     registry = FakeRegistry()
-    pruned = prune_capture_buffer(registry, BUFFER, CAPS, LifecyclePhase.COLLECTING, NOW)
+    pruned = prune_capture_buffer(registry, BUFFER, CAPS, {PREFIX + "c0"}, NOW)
     assert pruned is not None
-    assert (pruned.shards, pruned.samples, pruned.bytes) == (2, 200, 2000)
+    assert (pruned.shards, pruned.samples, pruned.bytes, pruned.kept_claimed) == (2, 200, 2000, 1)
     [(limits, listing)] = registry.calls
-    assert listing == list(BUFFER)  # no second listing (it costs a HEAD per shard)
-    assert (limits.max_samples, limits.max_bytes, limits.retention_s) == (250, 10_000, 3600)
+    assert listing == list(BUFFER[1:])  # no second listing, and never the claimed shard
+    assert (limits.max_samples, limits.max_bytes, limits.retention_s) == (150, 9_000, 3600)
 
 
-def draft() -> StatusDraft:
-    return StatusDraft(TideDeploymentStatus(phase=Phase.SERVING), generation=1, now=NOW)
+def claim_body(run_id: str, keys: list[str], created_min_ago: float, timeout_s: float) -> dict:
+    created = NOW.timestamp() - 60 * created_min_ago
+    return {"claim_version": 1, "run_id": run_id, "created_at": created, "expires_at": created + timeout_s,
+            "shards": [{"key": PREFIX + k, "last_modified": 0, "size": 1} for k in keys]}
 
 
-def test_an_event_only_when_something_was_pruned() -> None:
-    state, reading = PolicyState(), SensorReading(None, captures=BUFFER)
-    quiet = draft()
-    enforce_buffer_caps(quiet, FakeRegistry(), reading, CaptureParams(), state, NOW.timestamp())
-    assert quiet.events == []
-    busy = draft()
-    enforce_buffer_caps(busy, FakeRegistry(), reading, CAPS, state, NOW.timestamp())
-    [event] = busy.events
-    assert (event.type, event.reason, event.action) == ("Normal", "CapturesPruned", "PruneCaptures")
-    assert "2 oldest capture shards (200 samples, 2000 bytes)" in event.message
-    assert "maxBufferSamples=250" in event.message
+class FakeCluster:
+    def __init__(self, jobs: list[dict]) -> None:
+        self._jobs = jobs
+
+    def jobs(self, namespace: str, selector: str) -> list[dict]:
+        assert "tide.dev/deployment=chat" in selector
+        return self._jobs
 
 
-def test_s3_down_while_pruning_leaves_the_pass_alone() -> None:
-    unreachable = draft()
-    enforce_buffer_caps(unreachable, FakeRegistry(fail=True), SensorReading(None, captures=BUFFER), CAPS,
-                        PolicyState(), NOW.timestamp())
-    assert unreachable.events == []
+def job(name: str, **status) -> dict:
+    return {"metadata": {"name": name}, "status": status}
+
+
+@pytest.mark.parametrize(("jobs", "running"), [
+    ([job("chat-train-r1", active=1)], {"r1"}),
+    ([job("chat-train-r1", succeeded=1)], set()),
+    ([job("chat-train-r1", failed=1)], set()),
+    ([job("chat-train-r1", conditions=[{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}])], set()),
+    ([], set()),  # deleted (cancelled) Job
+    ([job("other-train-r1", active=1)], set()),  # another deployment's namesake run
+])
+def test_a_claim_holds_only_while_its_job_runs(jobs: list[dict], running: set[str]) -> None:
+    claims = parse_claims([claim_body("r1", ["c0"], 1, 600)])
+    assert running_runs("chat", "ns", claims, FakeCluster(jobs)) == running
+
+
+def spec():
+    return parse_spec({"target": {"model": "m", "revision": "r1"},
+                       "control": {"capture": {"retention": "35m", "maxBufferSamples": 4096},
+                                   "training": {"sampleThreshold": 10}},
+                       "storage": {"s3": {"bucket": "tide-b"}}})
+
+
+def test_the_timer_pass_releases_spent_claims_and_keeps_live_ones() -> None:
+    registry = FakeRegistry(claims=[claim_body("r1", ["c0"], 5, 3600),  # running, within its deadline
+                                    claim_body("r0", ["c1"], 90, 3600)])  # its Job is gone
+    cluster = FakeCluster([job("chat-train-r1", active=1)])
+    notes = enforce_retention("chat", "ns", spec(), registry, cluster, OperatorConfig(), NOW)
+    assert registry.released == ["r0"]
+    [(_, listing)] = registry.calls
+    assert [c.key.removeprefix(PREFIX) for c in listing] == ["c1", "c2", "c3"]  # c0 claimed by r1
+    assert [n.reason for n in notes] == ["CaptureClaimsReleased", "CapturesPruned"]
+    assert "1 claimed shards kept for a running trainer" in notes[1].message
+
+
+def test_a_claim_past_its_deadline_keeps_nothing() -> None:
+    registry = FakeRegistry(claims=[claim_body("r1", ["c0"], 20, 600)])  # 10 minutes past its deadline
+    cluster = FakeCluster([job("chat-train-r1", active=1)])  # hung, the Job controller has not caught up
+    enforce_retention("chat", "ns", spec(), registry, cluster, OperatorConfig(), NOW)
+    assert registry.released == ["r1"]
+    [(_, listing)] = registry.calls
+    assert listing[0].key == PREFIX + "c0"
+
+
+def test_s3_down_makes_the_timer_pass_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tide_operator import retention_timer
+
+    monkeypatch.setattr(retention_timer, "make_registry", lambda *a, **k: FakeRegistry(fail=True))
+    body = {"metadata": {"name": "chat", "namespace": "ns"},
+            "spec": {"target": {"model": "m", "revision": "r1"}, "storage": {"s3": {"bucket": "tide-b"}}}}
+    assert retention_pass(body, FakeCluster([]), OperatorConfig(), NOW) == []
+
+
+def test_an_invalid_spec_is_never_pruned(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tide_operator import retention_timer
+
+    def refuse(*_a, **_k):
+        raise AssertionError("no registry for an invalid spec")
+
+    monkeypatch.setattr(retention_timer, "make_registry", refuse)
+    body = {"metadata": {"name": "chat", "namespace": "ns"}, "spec": {"target": {"model": "m"}}}
+    assert retention_pass(body, FakeCluster([]), OperatorConfig(), NOW) == []

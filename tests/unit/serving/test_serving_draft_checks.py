@@ -137,7 +137,7 @@ def test_s3_fetch_and_promoted_pointer(tmp_path: Path) -> None:
         s3.put_object(Bucket="reg", Key="team/promoted.json", Body=json.dumps(pointer).encode())
         assert promoted_source("s3://reg/team", "rev-0") is None  # pinned to another target: no draft
         assert promoted_source("s3://reg/empty", "rev-1") is None
-        source, version = promoted_source("s3://reg/team", "rev-1")
+        source, version, _ = promoted_source("s3://reg/team", "rev-1")
         assert (source, version) == ("s3://reg/team/drafts/v4", "v4")
         local = fetch_draft(source, tmp_path / "dl")
         assert verify(local).version == "v4"
