@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 
 @dataclass(frozen=True)
 class EncryptionAudit:
@@ -18,6 +20,7 @@ class EncryptionAudit:
     keys: tuple[str, ...] = ()  # every object read back
     plain: tuple[str, ...] = ()  # stored without ServerSideEncryption
     other: dict[str, str] = field(default_factory=dict)  # key -> the algorithm, when not the expected one
+    bucket_default: str | None = None  # the bucket's default encryption: with one, a plain write goes unseen
 
     @property
     def ok(self) -> bool:
@@ -48,4 +51,15 @@ def audit_encryption(client: Any, bucket: str, prefix: str = "", expected: str =
                 plain.append(obj["Key"])
             elif algorithm != expected:
                 other[obj["Key"]] = algorithm
-    return EncryptionAudit(bucket, prefix, tuple(keys), tuple(plain), other)
+    return EncryptionAudit(bucket, prefix, tuple(keys), tuple(plain), other, bucket_default(client, bucket))
+
+
+def bucket_default(client: Any, bucket: str) -> str | None:
+    """The algorithm of the bucket's default encryption, None without one."""
+    try:
+        rules = client.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") == "ServerSideEncryptionConfigurationNotFoundError":
+            return None
+        raise
+    return str(rules[0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"]) if rules else None

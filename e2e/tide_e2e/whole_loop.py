@@ -29,7 +29,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tide_contracts.registry import DraftRegistry, HistoryEntry, Manifest, PromotedPointer
-from tide_contracts.serving_control import ServingControlClient, ServingControlError
+from tide_contracts.serving_control import DEFAULT_CONTROL_PORT, ServingControlClient, ServingControlError
 from tide_e2e.diagnostics import pod_line, telling_lines
 from tide_e2e.encryption_audit import EncryptionAudit, audit_encryption
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
@@ -343,8 +343,9 @@ class WholeLoop:
         token = base64.b64decode(secret.data["token"]).decode()
         out: dict[str, str | None] = {}
         for url in self.pod_urls():
+            control = url.rsplit(":", 1)[0] + f":{DEFAULT_CONTROL_PORT}"  # the plugin's own port
             try:
-                draft = ServingControlClient(url, token, timeout_s=10).status().draft
+                draft = ServingControlClient(control, token, timeout_s=10).status().draft
             except (ServingControlError, OSError):
                 continue
             out[url] = draft.version if draft else None

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from tide_contracts.draft_copy import MAX_COPY_BYTES, MIN_PART_BYTES
+from tide_contracts.serving_control import DEFAULT_CONTROL_PORT
 from tide_operator.catalog import DEFAULT_CATALOG, ConfigError, GpuCatalog, GpuClass, load_catalog
 
 
@@ -39,6 +40,12 @@ class ServingConfig(_ConfigModel):
     """Size of /dev/shm (tensor parallel workers exchange tensors through it)."""
     read_only_root_filesystem: bool = False
     """vLLM, Triton and torch.compile write caches under HOME and /tmp: off unless the image moves them."""
+    control_port: int = Field(default=DEFAULT_CONTROL_PORT, ge=1, le=65535)
+    """The plugin's control routes listen here, apart from the API port (the chart's NetworkPolicy
+    admits only the operator to it); a spec whose inference.port is this port is refused."""
+    token_rotation_grace_seconds: int = Field(default=300, ge=0)
+    """After a rotation the previous control token is still accepted this long: kubelets deliver a
+    changed Secret volume within their sync period plus cache TTL (about two minutes by default)."""
 
 
 class TrainerConfig(_ConfigModel):
@@ -55,6 +62,11 @@ class TrainerConfig(_ConfigModel):
     resumes from a checkpoint it finds in its work dir."""
     read_only_root_filesystem: bool = True
     """The trainer writes only its work dir and /tmp (torchrun's logs); both are emptyDirs then."""
+    samples_per_second: float = Field(default=1.0, gt=0, le=1_000_000)
+    """Assumed training throughput (captured requests per second of a run) until a run has measured
+    one (its eval.json); prices the default trainer deadline (spec.control.training.timeout)."""
+    window_shards: int = Field(default=4096, ge=1, le=1_000_000)
+    """Newest shards one run claims and reads (the trainer's ``--window-shards``)."""
     extra_args: tuple[str, ...] = ()
     """Appended to the trainer's flags (docs/contracts/trainer-cli.md), e.g. ``[--max-steps, "500",
     --batch-size, "16"]`` to size training runs; must not repeat a flag the operator sets (shards,
@@ -62,11 +74,6 @@ class TrainerConfig(_ConfigModel):
 
 
 class PodPolicyConfig(_ConfigModel):
-    samples_per_second: float = Field(default=1.0, gt=0, le=1_000_000)
-    """Assumed training throughput (captured requests per second of a run) until a run has measured
-    one (its eval.json); prices the default trainer deadline (spec.control.training.timeout)."""
-    window_shards: int = Field(default=4096, ge=1, le=1_000_000)
-    """Newest shards one run claims and reads (the trainer's ``--window-shards``)."""
     """What a TideDeployment may ask of the pods the operator runs for it (docs/security.md).
 
     Allowlists, not denylists: a TideDeployment never grants more than its author could create.
@@ -82,19 +89,6 @@ class PodPolicyConfig(_ConfigModel):
     """PriorityClasses a spec may name; none by default (a priority class can preempt other teams' pods)."""
     operator_service_account: str | None = None
     """The operator's own ServiceAccount name (the chart sets it): no pod of a TideDeployment runs as it."""
-
-
-class PromotionConfig(_ConfigModel):
-    """How the operator copies a verified candidate to drafts/vN/ (docs/contracts/draft-registry.md)."""
-
-    multipart_copy_threshold_mib: int = Field(default=MAX_COPY_BYTES // 2**20, ge=MIN_PART_BYTES // 2**20,
-                                              le=MAX_COPY_BYTES // 2**20)
-    """Files up to this size are copied with one CopyObject, larger ones with a multipart copy in
-    parts of this size; S3 bounds it to [5 MiB, 5 GiB] (lower it only to exercise the multipart path)."""
-
-    @property
-    def multipart_copy_threshold_bytes(self) -> int:
-        return self.multipart_copy_threshold_mib * 2**20
 
 
 class StorageConfig(_ConfigModel):
@@ -113,6 +107,19 @@ class StorageConfig(_ConfigModel):
     allowed_endpoints: tuple[str, ...] = ()
     """Other endpoints a spec with its own credentialsSecret may name, as ``scheme://host[:port]``
     (an entry without a port admits every port of that host)."""
+
+
+class PromotionConfig(_ConfigModel):
+    """How the operator copies a verified candidate to drafts/vN/ (docs/contracts/draft-registry.md)."""
+
+    multipart_copy_threshold_mib: int = Field(default=MAX_COPY_BYTES // 2**20, ge=MIN_PART_BYTES // 2**20,
+                                              le=MAX_COPY_BYTES // 2**20)
+    """Files up to this size are copied with one CopyObject, larger ones with a multipart copy in
+    parts of this size; S3 bounds it to [5 MiB, 5 GiB] (lower it only to exercise the multipart path)."""
+
+    @property
+    def multipart_copy_threshold_bytes(self) -> int:
+        return self.multipart_copy_threshold_mib * 2**20
 
 
 class PrometheusConfig(_ConfigModel):
@@ -159,6 +166,12 @@ class OperatorConfig(_ConfigModel):
     """How long one snapshot of every deployment's metrics answers the handlers."""
     resync_interval_seconds: float = Field(default=30.0, gt=0, le=3600)
     """How often every TideDeployment is re-checked against its children (drift repair, status)."""
+    capture_prune_interval_seconds: float = Field(default=60.0, gt=0, le=3600)
+    """How often each TideDeployment's capture buffer is pruned to its retention and caps, whatever
+    Prometheus or the lifecycle are doing (docs/security.md: the retention bound)."""
+    delete_attempts: int = Field(default=5, ge=1, le=100)
+    """Failed attempts at deleting a TideDeployment's S3 data before its finalizer gives up with a
+    Warning Event (so a namespace never hangs on an unreachable bucket)."""
     gpu_classes: tuple[GpuClass, ...] = DEFAULT_CATALOG.gpu_classes
     promotion: PromotionConfig = Field(default_factory=PromotionConfig)
 
@@ -166,12 +179,6 @@ class OperatorConfig(_ConfigModel):
     def catalog(self) -> GpuCatalog:
         return GpuCatalog(gpu_classes=self.gpu_classes)
 
-    capture_prune_interval_seconds: float = Field(default=60.0, gt=0, le=3600)
-    """How often each TideDeployment's capture buffer is pruned to its retention and caps, whatever
-    Prometheus or the lifecycle are doing (docs/security.md: the retention bound)."""
-    delete_attempts: int = Field(default=5, ge=1, le=100)
-    """Failed attempts at deleting a TideDeployment's S3 data before its finalizer gives up with a
-    Warning Event (so a namespace never hangs on an unreachable bucket)."""
 
 def load_operator_config(raw: Any) -> OperatorConfig:
     """Config from a dict (chart values); raises ConfigError naming the field."""

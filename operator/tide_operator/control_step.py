@@ -29,8 +29,8 @@ from tide_operator.control_loop import SensorReading, control_pass
 from tide_operator.effects import ClusterEffects
 from tide_operator.fleet import Fleet, ServingPod
 from tide_operator.manifests import labels, names
+from tide_operator.manifests.control_token import accepted_tokens
 from tide_operator.manifests.pod import registry_prefix, s3_encryption
-from tide_operator.manifests.serving import CONTROL_AUTH_KEY
 from tide_operator.prometheus_access import CredentialsError
 from tide_operator.prometheus_adapter import PrometheusAdapters
 from tide_operator.prometheus_credentials import resolve_connection
@@ -59,7 +59,7 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     state = PolicyState.from_dict(stored) if stored else PolicyState()
     registry = make_registry(name, namespace, spec, cluster,
                              multipart_copy_threshold=config.promotion.multipart_copy_threshold_bytes)
-    fleet = make_fleet(name, namespace, spec, cluster)
+    fleet = make_fleet(name, namespace, config.serving.control_port, cluster)
     reading = _sensor_reading(name, namespace, spec, state, registry, cluster, config, adapters)
     effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
     params = policy_params(spec, observation_window_s=config.prometheus_window_seconds)
@@ -102,12 +102,14 @@ def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: 
                          multipart_copy_threshold=multipart_copy_threshold)
 
 
-def make_fleet(name: str, namespace: str, spec: TideDeploymentSpec, cluster: Cluster) -> Fleet:
+def make_fleet(name: str, namespace: str, control_port: int, cluster: Cluster) -> Fleet:
+    """The pods' control routes on their own port, with the current token (and the previous one, if kept)."""
     pods = [ServingPod(p["metadata"]["name"], (p.get("status") or {}).get("podIP", ""), _ready(p))
             for p in cluster.pods(namespace, labels.serving_selector(name))
             if not p["metadata"].get("deletionTimestamp")]
-    token = cluster.secret_data(namespace, names.control_token_secret_name(name)).get(CONTROL_AUTH_KEY, "")
-    return Fleet(pods, spec.inference.port, token)
+    tokens = accepted_tokens(cluster.secret_data(namespace, names.control_token_secret_name(name)))
+    current, previous = (*tokens, "", "")[:2]
+    return Fleet(pods, control_port, current, previous)
 
 
 def _ready(pod: dict[str, Any]) -> bool:

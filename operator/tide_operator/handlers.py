@@ -22,15 +22,16 @@ from tide_operator.artifacts import ArtifactsRefused, ArtifactsUnreachable, dele
 from tide_operator.capture_retention import stop_capture_writers
 from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig, load_operator_config
+from tide_operator.manifests.control_token import ROTATE_ANNOTATION
 from tide_operator.prometheus_adapter import AdapterConfig, PrometheusAdapters
 from tide_operator.reconcile import reconcile
-
 from tide_operator.retention_timer import retention_pass
+
 log = logging.getLogger(__name__)
 KOPF_STATUS_KEYS = ("kopf",)
-
 DELETE_RETRY_DELAY_S = 3  # between attempts at deleting a TideDeployment's S3 data
 WRITER_STOP_ATTEMPTS = 20  # waits (DELETE_RETRY_DELAY_S each) for the serving pods to stop before deleting captures
+
 
 def load_config() -> OperatorConfig:
     """From the YAML file named by TIDE_OPERATOR_CONFIG (the chart's ConfigMap), else defaults."""
@@ -70,6 +71,8 @@ def adopt(body: kopf.Body) -> Any:
 @kopf.on.resume(GROUP, VERSION, PLURAL, id="reconcile-on-resume")
 @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile-on-create")
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile-on-spec-change")
+@kopf.on.update(GROUP, VERSION, PLURAL, field=("metadata", "annotations", ROTATE_ANNOTATION),
+                id="reconcile-on-token-rotation")
 @kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.resync_interval_seconds, id="reconcile-resync")
 def reconcile_tide_deployment(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     with metrics.reconcile_timer():

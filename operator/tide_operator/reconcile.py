@@ -7,7 +7,6 @@ written once by the handler, and nothing already running is touched while the sp
 from __future__ import annotations
 
 import json
-import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,9 +24,9 @@ from tide_operator.control.policy import PolicyState
 from tide_operator.control.storage_tenancy import storage_violations, with_storage_defaults
 from tide_operator.control_step import run_control
 from tide_operator.manifests import labels, names
+from tide_operator.manifests.control_token import control_token_secret, rotation_request
 from tide_operator.manifests.ownership import ChildConflict, conflict, describe
 from tide_operator.manifests.serving import (
-    CONTROL_AUTH_KEY,
     build_service,
     build_serving_configmap,
     build_serving_deployment,
@@ -133,7 +132,9 @@ def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Pl
         return None
     children_owned(draft)
     try:
-        return _apply_children(name, namespace, spec, placement, config, cluster, adopt, live)
+        token = control_token_secret(name, namespace, live[("Secret", names.control_token_secret_name(name))],
+                                     rotation_request(meta), draft.now, config.serving.token_rotation_grace_seconds)
+        return _apply_children(name, namespace, spec, placement, config, cluster, adopt, live, token)
     except ChildConflict as e:  # lost a race to someone else's object between the read and the write
         child_conflict(draft, str(e))
         return None
@@ -141,10 +142,9 @@ def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Pl
 
 def _apply_children(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement,
                     config: OperatorConfig, cluster: Cluster, adopt: Any,
-                    live: dict[tuple[str, str], dict[str, Any] | None]) -> tuple[Applied, ...]:
-    # The control token is made once and never rotated by a pass (pods read it at start).
-    secret = adopt(control_token_secret(name, namespace))
-    cluster.create_owned(secret, live[("Secret", secret["metadata"]["name"])])
+                    live: dict[tuple[str, str], dict[str, Any] | None], token: dict[str, Any]) -> tuple[Applied, ...]:
+    # The control token is kept, or rotated once per new tide.dev/rotate-token value (pods re-read it).
+    cluster.apply(adopt(token), live[("Secret", token["metadata"]["name"])])
     # Pods that cannot switch speculation at runtime were rolled with the policy's table: keep it.
     bands = launch_bands_of(live[("Deployment", names.serving_name(name))])
     return tuple(cluster.apply(child, live[(child["kind"], child["metadata"]["name"])])
@@ -175,13 +175,6 @@ def _place(spec: TideDeploymentSpec, cluster: Cluster, config: OperatorConfig, n
                            gpus_per_unit=spec.training.gpus_per_job)
     current = status.inference_pool.gpu_class if status.inference_pool else None
     return choose_pools(nodes, config.catalog, inference, training, current)
-
-
-def control_token_secret(name: str, namespace: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": names.control_token_secret_name(name), "namespace": namespace,
-                         "labels": labels.serving_labels(name)},
-            "stringData": {CONTROL_AUTH_KEY: secrets.token_urlsafe(32)}}
 
 
 def _children(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement,

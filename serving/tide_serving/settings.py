@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tide_contracts.control_token import ControlTokens
 from tide_contracts.encryption import S3Encryption
+from tide_contracts.pinning import LOCAL_DRAFTS_DIR_ENV
 from tide_contracts.serving_control import CONTROL_PORT_ENV, DEFAULT_CONTROL_PORT, DEFAULT_SAMPLING_RATE
 
 
@@ -40,6 +41,7 @@ class ServingSettings:
     initial_draft_version: str
     registry_uri: str | None
     capture_uri: str | None
+    local_drafts_dir: str | None  # pod-local drafts may be loaded only under it (tide_contracts.pinning)
     sampling_rate: float
     capture_buffer_rows: int
     shard_rows: int
@@ -70,6 +72,7 @@ def load_settings() -> ServingSettings:
         initial_draft_version=os.environ.get("TIDE_DRAFT_VERSION", "initial"),
         registry_uri=os.environ.get("TIDE_REGISTRY_URI") or None,
         capture_uri=os.environ.get("TIDE_CAPTURE_URI") or None,
+        local_drafts_dir=os.environ.get(LOCAL_DRAFTS_DIR_ENV) or None,
         sampling_rate=rate,
         capture_buffer_rows=_int("TIDE_CAPTURE_BUFFER_TOKENS", 65536),
         shard_rows=_int("TIDE_CAPTURE_SHARD_TOKENS", 4096),

@@ -74,6 +74,7 @@ def test_shift_is_detected_trained_canaried_and_promoted_with_real_vllm(plane, k
     audit = result.encryption
     assert audit is not None
     assert audit.ok, audit.describe()
+    assert audit.bucket_default is None  # no bucket default: each object was encrypted by its writer
     for folder in ("/captures/", "/candidates/", "/drafts/", "/history/"):
         assert any(folder in key for key in audit.keys), (folder, audit.keys[:10])
 

@@ -71,13 +71,15 @@ class Sims:
         self.records: list[ProcessRecord] = []
         self.targets: list[dict[str, Any]] = []
         self.urls: dict[str, str] = {}
+        self.control_urls: dict[str, str] = {}
 
     def start(self, pod: str, host: str, deployment: DeploymentKey, scenario: dict[str, Any], version: str) -> None:
         scenario_file = self.workdir / f"{pod}.yaml"
         scenario_file.write_text(yaml.safe_dump(scenario))
         port = _free_port(host)
+        control_port = _free_port(host)
         env = {**os.environ, "TIDE_DRAFT_VERSION": version, "TIDE_TARGET_REVISION": "rev-1", "TIDE_POD_NAME": pod,
-               "TIDE_CONTROL_TOKEN": TOKEN}
+               "TIDE_CONTROL_TOKEN": TOKEN, "TIDE_CONTROL_PORT": str(control_port)}
         record = spawn(pod, [sys.executable, "-m", "tide_vllm_sim", "--model", "tiny", "--served-model-name",
                              deployment.name, "--host", host, "--port", str(port), "--speculative-config", SPEC,
                              "--sim-scenario", str(scenario_file), "--tensor-parallel-size", "1"],
@@ -86,6 +88,7 @@ class Sims:
         url = f"http://{host}:{port}"
         _wait_healthy(url, record, Path(record.log))
         self.urls[pod] = url
+        self.control_urls[pod] = f"http://{host}:{control_port}"
         self.targets.append({"targets": [f"{host}:{port}"], "labels": {
             "namespace": deployment.namespace, "pod": pod, "label_tide_dev_deployment": deployment.name}})
 
@@ -225,7 +228,7 @@ def test_a_hot_swap_moves_the_pods_numbers_to_the_new_version(
     stop_load = threading.Event()
     load = _load_in_background([sims.urls["llama-1"]], stop_load)
     try:
-        result = sc.ServingControlClient(sims.urls["llama-1"], TOKEN).load_draft(
+        result = sc.ServingControlClient(sims.control_urls["llama-1"], TOKEN).load_draft(
             sc.DraftLoadRequest(source=str(_draft(tmp_path, "v3")), version="v3"))
         assert result.previous_version == "v2"
         time.sleep(WINDOW_S + 2)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tide_contracts import control_token
+from tide_contracts import serving_control as sc
 from tide_operator.api.spec import TideDeploymentSpec
 from tide_operator.config import OperatorConfig
 from tide_operator.control.actions import Bands
@@ -23,8 +25,11 @@ CONTAINER_NAME = "vllm"
 # vLLM serves /metrics on its API port, so the one named port is also the metrics port.
 PORT_NAME = "http"
 SERVING_CONFIG_KEY = "serving.json"
-# Key of the per-deployment Secret (names.control_token_secret_name) the handlers create.
-CONTROL_AUTH_KEY = "token"
+# Keys of the per-deployment Secret (names.control_token_secret_name) the handlers create; pods
+# mount it and re-read the files on change, so a rotation needs no restart.
+CONTROL_AUTH_KEY = control_token.TOKEN_KEY
+PREVIOUS_AUTH_KEY = control_token.PREVIOUS_TOKEN_KEY
+CONTROL_TOKEN_VOLUME = "control-token"  # noqa: S105 - a volume name
 # On the Deployment: the speculative tokens per batch size its pods were last rolled with (JSON bands;
 # "" = the spec's table), for pods that cannot switch speculation at runtime (no plugin scheduler).
 LAUNCH_BANDS_ANNOTATION = "tide.dev/launch-speculative-tokens"
@@ -113,8 +118,8 @@ def vllm_args(rendered: dict[str, Any], config: OperatorConfig) -> list[str]:
 def _env(td_name: str, spec: TideDeploymentSpec, rendered: dict[str, Any], config: OperatorConfig) -> list[Any]:
     env = [pod.field_env("POD_IP", "status.podIP"), pod.field_env("TIDE_POD_NAME", "metadata.name")]
     env += pod.storage_env(spec)
-    secret = {"name": names.control_token_secret_name(td_name), "key": CONTROL_AUTH_KEY}
-    env.append({"name": "TIDE_CONTROL_TOKEN", "valueFrom": {"secretKeyRef": secret}})
+    env.append({"name": sc.CONTROL_TOKEN_FILE_ENV, "value": f"{control_token.MOUNT_DIR}/{CONTROL_AUTH_KEY}"})
+    env.append({"name": sc.CONTROL_PORT_ENV, "value": str(config.serving.control_port)})
     env.append({"name": "TIDE_TARGET_REVISION", "value": spec.target.revision})
     env.append({"name": "TIDE_REGISTRY_URI", "value": rendered["registryUri"]})
     env.append({"name": "TIDE_CAPTURE_URI", "value": rendered["captureUri"]})
@@ -137,7 +142,8 @@ def _container(
         "command": list(config.serving.command),
         "args": vllm_args(rendered, config),
         "env": _env(td_name, spec, rendered, config),
-        "ports": [{"name": PORT_NAME, "containerPort": spec.inference.port, "protocol": "TCP"}],
+        "ports": [{"name": PORT_NAME, "containerPort": spec.inference.port, "protocol": "TCP"},
+                  {"name": sc.CONTROL_PORT_NAME, "containerPort": config.serving.control_port, "protocol": "TCP"}],
         # vLLM answers /health 503 once its engine process has died, but the server lives on: only a
         # liveness probe restarts it. Loading weights can take many minutes, so the startup probe
         # holds liveness off until the first success (at most 30 min).
@@ -159,10 +165,17 @@ def _container(
 
 
 def _volume_mounts(config: OperatorConfig) -> list[dict[str, Any]]:
-    mounts = [{"name": pod.SHM_VOLUME, "mountPath": pod.SHM_MOUNT_PATH}]
+    mounts = [{"name": pod.SHM_VOLUME, "mountPath": pod.SHM_MOUNT_PATH},
+              {"name": CONTROL_TOKEN_VOLUME, "mountPath": control_token.MOUNT_DIR, "readOnly": True}]
     if config.serving.read_only_root_filesystem:
         mounts.append({"name": pod.SCRATCH_VOLUME, "mountPath": pod.SCRATCH_MOUNT_PATH})
     return mounts
+
+
+def _control_token_volume(td_name: str) -> dict[str, Any]:
+    # Readable by the container's (non-root, any) user; no pod fsGroup is set to own it by group.
+    return {"name": CONTROL_TOKEN_VOLUME,
+            "secret": {"secretName": names.control_token_secret_name(td_name), "defaultMode": 0o444}}
 
 
 def _inference_class(placement: Placement) -> Any:
@@ -190,7 +203,7 @@ def _pod_template(
         },
         "spec": {
             "containers": [_container(td_name, spec, placement, config, rendered)],
-            "volumes": [pod.shm_volume(config.serving.shm_size)]
+            "volumes": [pod.shm_volume(config.serving.shm_size), _control_token_volume(td_name)]
             + ([pod.scratch_volume()] if config.serving.read_only_root_filesystem else []),
             **pod.scheduling_fields(spec.inference, gpu_class),
         },

@@ -29,3 +29,8 @@ def test_the_audit_names_every_object_stored_without_encryption(s3: Any) -> None
 
     assert audit_encryption(s3, "audit-loop", "ns/td/captures/").ok
     assert not audit_encryption(s3, "audit-loop", "nothing-here/").ok  # an empty audit proves nothing
+    assert audit.bucket_default is None  # so every encrypted object was encrypted by its writer
+
+    s3.put_bucket_encryption(Bucket="audit-loop", ServerSideEncryptionConfiguration={"Rules": [
+        {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]})
+    assert audit_encryption(s3, "audit-loop", "ns/td/captures/").bucket_default == "AES256"

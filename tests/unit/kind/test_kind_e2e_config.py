@@ -188,7 +188,7 @@ def test_vllm_pods_run_the_cpu_image_with_the_cpu_settings() -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     # podTemplateOverride merged into the operator's env, which it keeps (control token, S3, plugin).
     assert (env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_CPU_OMP_THREADS_BIND"]) == ("1", "nobind")
-    assert {"TIDE_CONTROL_TOKEN", "AWS_ENDPOINT_URL", "VLLM_PLUGINS"} <= set(env)
+    assert {"TIDE_CONTROL_TOKEN_FILE", "TIDE_CONTROL_PORT", "AWS_ENDPOINT_URL", "VLLM_PLUGINS"} <= set(env)
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 1}
     assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"  # what infra.yaml's Prometheus keeps
 
