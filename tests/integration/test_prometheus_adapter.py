@@ -44,10 +44,12 @@ RPS, MAX_TOKENS = 15, 16
 WINDOW_S = 6  # rate window: 6 scrapes
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def _free_ports(host: str) -> tuple[int, int]:
+    """The API and control ports of one simulator: bound together, so the OS cannot repeat one."""
+    with socket.socket() as a, socket.socket() as b:
+        a.bind((host, 0))
+        b.bind((host, 0))
+        return int(a.getsockname()[1]), int(b.getsockname()[1])
 
 
 def _wait_healthy(url: str, record: ProcessRecord, log: Path) -> None:
@@ -76,8 +78,7 @@ class Sims:
     def start(self, pod: str, host: str, deployment: DeploymentKey, scenario: dict[str, Any], version: str) -> None:
         scenario_file = self.workdir / f"{pod}.yaml"
         scenario_file.write_text(yaml.safe_dump(scenario))
-        port = _free_port(host)
-        control_port = _free_port(host)
+        port, control_port = _free_ports(host)
         env = {**os.environ, "TIDE_DRAFT_VERSION": version, "TIDE_TARGET_REVISION": "rev-1", "TIDE_POD_NAME": pod,
                "TIDE_CONTROL_TOKEN": TOKEN, "TIDE_CONTROL_PORT": str(control_port)}
         record = spawn(pod, [sys.executable, "-m", "tide_vllm_sim", "--model", "tiny", "--served-model-name",

@@ -21,8 +21,8 @@ import yaml
 from moto.server import ThreadedMotoServer
 
 from tide_contracts import serving_control as sc
-from tide_localcluster.plane import free_port
 from tide_localcluster.processes import ProcessRecord, spawn, stop
+from tide_serving.testing.server import free_ports
 from tide_vllm_sim.load import LoadSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -53,7 +53,7 @@ def s3_env() -> Iterator[dict[str, str]]:
 def sim(tmp_path: Path, s3_env: dict[str, str]) -> Iterator[tuple[str, str]]:
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
-    port, control_port = free_port(), free_port()
+    port, control_port = free_ports(2)
     env = {**os.environ, **s3_env, "TIDE_SIM_SCENARIO": str(scenario), "TIDE_CONTROL_TOKEN": TOKEN,
            "TIDE_CONTROL_PORT": str(control_port),
            "TIDE_TARGET_REVISION": "rev-7", "TIDE_POD_NAME": "chat-vllm-0",

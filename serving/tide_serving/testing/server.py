@@ -24,9 +24,19 @@ SCHEDULER = os.environ.get("TIDE_TEST_SCHEDULER", "tide_serving.scheduler.Specul
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: all bound at once, or the OS may hand the same one out twice."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 @dataclass
@@ -81,9 +91,9 @@ def _command(cfg: ServerConfig, port: int) -> list[str]:
 
 
 def start_server(cfg: ServerConfig, timeout_s: float = 240.0) -> RunningServer:
-    port = free_port()
+    port, control_port = free_ports(2)
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1",
-           **({"VLLM_PLUGINS": "tide_control"} if cfg.plugin else {}), "TIDE_CONTROL_PORT": str(free_port()),
+           **({"VLLM_PLUGINS": "tide_control"} if cfg.plugin else {}), "TIDE_CONTROL_PORT": str(control_port),
            **cfg.env}
     cfg.log_path.parent.mkdir(parents=True, exist_ok=True)
     with cfg.log_path.open("wb") as log:
