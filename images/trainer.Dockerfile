@@ -1,13 +1,12 @@
-# Trainer image: the EAGLE-3 draft trainer (PyTorch) that the operator runs as a Job on the
-# training pool (docs/contracts/trainer-cli.md), non-root.
+# Trainer image for NVIDIA classes: the EAGLE-3 draft trainer (PyTorch, CUDA) that the operator runs
+# as a Job on the training pool (docs/contracts/trainer-cli.md), non-root. AMD classes use
+# images/trainer-rocm.Dockerfile (the operator picks by the training class's vendor).
 #
-#   docker build -f images/trainer.Dockerfile -t ghcr.io/tide-operator/tide-trainer:0.1.0 .
-#   docker build -f images/trainer.Dockerfile --build-arg TORCH_IMAGE=rocm/pytorch:latest ... # AMD pools
-#   hack/build-images.sh trainer
+#   hack/build-images.sh trainer         # ghcr.io/tide-operator/tide-trainer:<TIDE_VERSION>
 #
-# Build args
-#   TORCH_IMAGE  base with a GPU build of PyTorch (default: PyTorch's CUDA runtime image). The
-#                training pool is often older or AMD GPUs: use a ROCm base there.
+# Build args (hack/build-images.sh passes them from contracts/tide_contracts/versions.py; the
+# default here must agree, tests/unit/test_version_story.py checks)
+#   TORCH_IMAGE  base with a CUDA build of PyTorch (PyTorch's CUDA runtime image).
 ARG TORCH_IMAGE=pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime
 FROM ${TORCH_IMAGE}
 

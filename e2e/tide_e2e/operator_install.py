@@ -93,6 +93,8 @@ class OperatorProcess:
         if self.plane.prometheus_url:  # the plane's own Prometheus, unless the test says otherwise
             config = {"prometheusUrl": self.plane.prometheus_url, **config}
         config.setdefault("storage", LOOPBACK_STORAGE)
+        # The plane's GPU nodes are fakes: trainers run on CPU instead of exiting 8 (no GPU visible).
+        config["trainer"] = {"cpuOnly": True, **config.get("trainer", {})}
         config_file.write_text(yaml.safe_dump(config))
         env = {**os.environ, "KUBECONFIG": self.kubeconfig, "TIDE_OPERATOR_CONFIG": str(config_file),
                "TIDE_METRICS_PORT": str(self.metrics_port), "PYTHONUNBUFFERED": "1"}

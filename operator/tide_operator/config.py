@@ -12,9 +12,10 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from tide_contracts import versions
 from tide_contracts.draft_copy import MAX_COPY_BYTES, MIN_PART_BYTES
 from tide_contracts.serving_control import DEFAULT_CONTROL_PORT
-from tide_operator.catalog import DEFAULT_CATALOG, ConfigError, GpuCatalog, GpuClass, load_catalog
+from tide_operator.catalog import DEFAULT_CATALOG, ConfigError, GpuCatalog, GpuClass, Vendor, load_catalog
 
 
 class _ConfigModel(BaseModel):
@@ -27,8 +28,13 @@ class ServingConfig(_ConfigModel):
     Class names must match what the serving plugin ships (its contract owns them).
     """
 
-    image: str = "ghcr.io/tide-operator/vllm-tide:v0.33.0"
-    """vllm/vllm-openai:v0.33.0 with tide_serving installed (images/ builds it)."""
+    image: str = versions.image(versions.SERVING_REPOSITORY)
+    """For NVIDIA classes and any vendor without a vendorImages entry: vllm/vllm-openai at the
+    tested vLLM with tide_serving installed (images/serving.Dockerfile, tide_contracts/versions.py)."""
+    vendor_images: dict[Vendor, str] = Field(
+        default_factory=lambda: {Vendor.AMD: versions.image(versions.SERVING_ROCM_REPOSITORY)})
+    """The image per GPU vendor of the chosen inference class (AMD: the ROCm build,
+    images/serving-rocm.Dockerfile); a spec's inference.image wins over both."""
     command: tuple[str, ...] = ("python", "-m", "vllm.entrypoints.openai.api_server")
     worker_extension_cls: str | None = "tide_serving.worker_extension.TideWorkerExtension"
     """Adds draft hot swap and hidden-state capture to vLLM's workers."""
@@ -47,11 +53,23 @@ class ServingConfig(_ConfigModel):
     """After a rotation the previous control token is still accepted this long: kubelets deliver a
     changed Secret volume within their sync period plus cache TTL (about two minutes by default)."""
 
+    def image_for(self, vendor: Vendor) -> str:
+        """The image for a GPU class of ``vendor``."""
+        return self.vendor_images.get(vendor, self.image)
+
 
 class TrainerConfig(_ConfigModel):
     """The trainer image and launchers (docs/contracts/trainer-cli.md)."""
 
-    image: str = "ghcr.io/tide-operator/tide-trainer:0.1.0"
+    image: str = versions.image(versions.TRAINER_REPOSITORY)
+    """For NVIDIA classes and any vendor without a vendorImages entry (CUDA PyTorch)."""
+    vendor_images: dict[Vendor, str] = Field(
+        default_factory=lambda: {Vendor.AMD: versions.image(versions.TRAINER_ROCM_REPOSITORY)})
+    """The image per GPU vendor of the chosen training class (AMD: ROCm PyTorch,
+    images/trainer-rocm.Dockerfile); a spec's training.image wins over both."""
+    cpu_only: bool = False
+    """The training pool has no real GPUs (the local plane, kind): the trainer then trains on CPU
+    instead of exiting 8 (no GPU visible) when torch sees none (docs/contracts/trainer-cli.md)."""
     command: tuple[str, ...] = ("python", "-m", "tide_trainer", "train")
     distributed_command: tuple[str, ...] = ("torchrun", "--nproc-per-node={gpus}", "-m", "tide_trainer", "train")
     """Used when a Job has more than one GPU; ``{gpus}`` becomes training.gpusPerJob."""
@@ -72,6 +90,10 @@ class TrainerConfig(_ConfigModel):
     --batch-size, "16"]`` to size training runs; must not repeat a flag the operator sets (shards,
     target revision, registry, run id, speculative tokens, work dir, parent draft / target model)."""
 
+    def image_for(self, vendor: Vendor) -> str:
+        """The image for a GPU class of ``vendor``."""
+        return self.vendor_images.get(vendor, self.image)
+
 
 class PodPolicyConfig(_ConfigModel):
     """What a TideDeployment may ask of the pods the operator runs for it (docs/security.md).
@@ -82,7 +104,7 @@ class PodPolicyConfig(_ConfigModel):
     allowed_image_prefixes: tuple[str, ...] | None = None
     """Prefixes a spec's ``image`` must start with (one ending in ``/`` admits everything under it,
     any other admits that repository with any tag or digest); default: the repositories of
-    serving.image and trainer.image."""
+    serving's and trainer's image and vendorImages."""
     allowed_toleration_keys: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu")
     """Taint keys pods may tolerate, besides the resource names of the GPU classes."""
     allowed_priority_class_names: tuple[str, ...] = ()

@@ -121,7 +121,8 @@ def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReadin
 # How a trainer Job's end moves the lifecycle out of Training. "Not better" (exit 7) is the trainer
 # doing its job, not a failure; a run cancelled (target change) is neither and is not counted.
 TRAINING_OUTCOMES = {"TrainingSucceeded": "succeeded", "CandidateNotBetter": "succeeded",
-                     "TrainingFailed": "failed", "TrainingDeadlineExceeded": "failed", "TrainingGaveUp": "failed"}
+                     "TrainingFailed": "failed", "TrainingDeadlineExceeded": "failed", "TrainingNoGpu": "failed",
+                     "TrainingGaveUp": "failed"}
 
 
 def _training_ended(draft: StatusDraft, old: PolicyState, new: PolicyState) -> None:

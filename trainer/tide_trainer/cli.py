@@ -38,6 +38,13 @@ class ExitCode(IntEnum):
     INCOMPATIBLE = 5
     STORAGE = 6
     NOT_BETTER = 7  # trained and evaluated, but did not beat the baseline: nothing uploaded
+    NO_GPU = 8  # TIDE_TRAINER_REQUIRE_GPU=1 but torch sees no GPU (CUDA or ROCm): nothing trained
+
+
+# Set by the operator on its Jobs ("1" unless the pool is CPU-only): a Job that asked for GPUs and
+# sees none has the wrong image for the vendor or a node without a device plugin; training on CPU
+# there would silently take days.
+REQUIRE_GPU_ENV = "TIDE_TRAINER_REQUIRE_GPU"
 
 
 _ERRORS: list[tuple[type[BaseException], ExitCode]] = [
@@ -89,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValidationError, ValueError, OSError) as e:
         log.error("bad config: %s", e)
         return _finish(ExitCode.BAD_CONFIG, {"error": str(e)})
+    missing = missing_gpu()
+    if missing:
+        log.error("no_gpu: %s", missing)
+        return _finish(ExitCode.NO_GPU, {"error": missing})
     _init_distributed()
     try:
         outcome = run_training(cfg)
@@ -105,6 +116,16 @@ def main(argv: list[str] | None = None) -> int:
              decision.get("candidate_acceptance_length", float("nan")), decision.get("baseline"),
              decision.get("baseline_acceptance_length", float("nan")), code.name)
     return _finish(code, {"report": str(cfg.report_file), "candidate": outcome.candidate_uri, **decision})
+
+
+def missing_gpu() -> str | None:
+    """Why this run must not start for want of a GPU, or None (ROCm torch reports through torch.cuda)."""
+    if os.environ.get(REQUIRE_GPU_ENV, "0") != "1" or torch.cuda.is_available():
+        return None
+    return (f"GPUs were requested ({REQUIRE_GPU_ENV}=1) but torch {torch.__version__} sees no GPU: "
+            "use the trainer image built for the pool's vendor (CUDA for NVIDIA, ROCm for AMD; operator "
+            "config trainer.vendorImages) on a node whose device plugin exposes its GPUs, or mark a pool "
+            "without GPUs trainer.cpuOnly")
 
 
 def _init_distributed() -> None:

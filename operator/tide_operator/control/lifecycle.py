@@ -172,14 +172,19 @@ def _training(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePa
             message + ": waiting for the next shift",
             capture=False,
         )
-    reason = "TrainingDeadlineExceeded" if seen.status is TrainingStatus.DEADLINE_EXCEEDED else "TrainingFailed"
+    reason = _FAILURE_REASONS.get(seen.status, "TrainingFailed")
     return _to(failed, Phase.COLLECTING, now, reason, message, capture=True)
 
 
 _FAILURE_OUTCOMES = {
     TrainingStatus.SUCCEEDED: "succeeded without an evaluation report",
     TrainingStatus.DEADLINE_EXCEEDED: "ran past its deadline (control.training.timeout) and was stopped",
+    TrainingStatus.NO_GPU: ("failed: no GPU visible to the trainer (exit 8); the training image must match the "
+                            "GPU vendor (CUDA for NVIDIA, ROCm for AMD: operator config trainer.vendorImages) "
+                            "and the node's device plugin must expose its GPUs"),
 }
+_FAILURE_REASONS = {TrainingStatus.DEADLINE_EXCEEDED: "TrainingDeadlineExceeded",
+                    TrainingStatus.NO_GPU: "TrainingNoGpu"}
 
 
 def _not_better(state: LifecycleState, seen: TrainingObservation, now: float) -> Step:

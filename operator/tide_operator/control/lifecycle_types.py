@@ -30,6 +30,7 @@ class TrainingStatus(StrEnum):
     MISSING = "Missing"  # the Job is gone without an outcome: counts as a failure
     NOT_BETTER = "NotBetter"  # trainer exit 7: trained and evaluated, no better than the served draft
     DEADLINE_EXCEEDED = "DeadlineExceeded"  # the Job ran past activeDeadlineSeconds: a failed run
+    NO_GPU = "NoGpu"  # trainer exit 8: the Job asked for GPUs and torch saw none: a failed run
 
 
 @dataclass(frozen=True)

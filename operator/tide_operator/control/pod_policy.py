@@ -74,10 +74,13 @@ def pod_policy_violations(spec: TideDeploymentSpec, config: OperatorConfig) -> l
 
 
 def allowed_image_prefixes(config: OperatorConfig) -> tuple[str, ...]:
-    """The configured prefixes, or the repositories of the operator's own serving and trainer images."""
+    """The configured prefixes, or the repositories of the operator's own serving and trainer images
+    (every vendor's)."""
     if config.pod_policy.allowed_image_prefixes is not None:
         return config.pod_policy.allowed_image_prefixes
-    return tuple(dict.fromkeys(image_repository(i) for i in (config.serving.image, config.trainer.image)))
+    images = (config.serving.image, *config.serving.vendor_images.values(),
+              config.trainer.image, *config.trainer.vendor_images.values())
+    return tuple(dict.fromkeys(image_repository(i) for i in images))
 
 
 def image_repository(image: str) -> str:

@@ -138,7 +138,7 @@ def _container(
     gpu_class = _inference_class(placement)
     return {
         "name": CONTAINER_NAME,
-        "image": spec.inference.image or config.serving.image,
+        "image": spec.inference.image or config.serving.image_for(gpu_class.vendor),
         "command": list(config.serving.command),
         "args": vllm_args(rendered, config),
         "env": _env(td_name, spec, rendered, config),

@@ -18,6 +18,7 @@ from tide_operator.manifests import labels, names, pod
 from tide_operator.manifests.merge import merge_override
 
 CONTAINER_NAME = "trainer"
+REQUIRE_GPU_ENV = "TIDE_TRAINER_REQUIRE_GPU"  # trainer contract: "1" = exit 8 when no GPU is visible
 WORK_VOLUME = "work"
 
 
@@ -62,6 +63,12 @@ def work_dir(td_name: str, namespace: str, run_id: str, config: OperatorConfig) 
     return path
 
 
+def gpu_requirement_env(config: OperatorConfig) -> dict[str, str]:
+    """The Job asks for GPUs: the trainer exits 8 if torch sees none, unless the pool is CPU-only
+    (operator config trainer.cpuOnly), where it trains on CPU (docs/contracts/trainer-cli.md)."""
+    return {"name": REQUIRE_GPU_ENV, "value": "0" if config.trainer.cpu_only else "1"}
+
+
 def _command(spec: TideDeploymentSpec, config: OperatorConfig) -> list[str]:
     gpus = spec.training.gpus_per_job
     if gpus == 1:
@@ -74,10 +81,10 @@ def _container(
 ) -> dict[str, Any]:
     return {
         "name": CONTAINER_NAME,
-        "image": spec.training.image or config.trainer.image,
+        "image": spec.training.image or config.trainer.image_for(gpu_class.vendor),
         "command": _command(spec, config),
         "args": args,
-        "env": [pod.field_env("TIDE_POD_NAME", "metadata.name"), *pod.storage_env(spec)],
+        "env": [pod.field_env("TIDE_POD_NAME", "metadata.name"), gpu_requirement_env(config), *pod.storage_env(spec)],
         "resources": pod.gpu_resources(spec.training, gpu_class, spec.training.gpus_per_job),
         "volumeMounts": [
             {"name": pod.SHM_VOLUME, "mountPath": pod.SHM_MOUNT_PATH},

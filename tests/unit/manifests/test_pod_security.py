@@ -167,7 +167,8 @@ def test_the_table_covers_the_published_controls() -> None:
 
 
 REPO = Path(__file__).resolve().parents[3]
-POD_IMAGES = [REPO / "images" / f"{name}.Dockerfile" for name in ("serving", "serving-cpu", "trainer")]
+POD_IMAGES = [REPO / "images" / f"{name}.Dockerfile"
+              for name in ("serving", "serving-rocm", "serving-cpu", "trainer", "trainer-rocm")]
 POD_IMAGES.append(REPO / "e2e" / "kind" / "serving-tiny.Dockerfile")
 
 
