@@ -26,6 +26,7 @@ from tide_operator.control.placement import Placement
 from tide_operator.control.policy import PolicyState
 from tide_operator.control.spec_params import policy_params
 from tide_operator.control_loop import SensorReading, control_pass
+from tide_operator.cost_profile_source import ProfilePoints
 from tide_operator.effects import ClusterEffects
 from tide_operator.fleet import Fleet, ServingPod
 from tide_operator.manifests import labels, names
@@ -50,7 +51,9 @@ def due(namespace: str, name: str, spec: TideDeploymentSpec, now_s: float) -> bo
 
 
 def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement, draft: StatusDraft,
-                cluster: Cluster, config: OperatorConfig, adopt: Any, adapters: PrometheusAdapters) -> None:
+                cluster: Cluster, config: OperatorConfig, adopt: Any, adapters: PrometheusAdapters,
+                profile_points: ProfilePoints | None = None) -> None:
+    """``profile_points``: the cost profile read from spec.control.costProfile.configMapRef, if any."""
     now_s = time.time()
     if not due(namespace, name, spec, now_s):
         return
@@ -62,7 +65,7 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     fleet = make_fleet(name, namespace, config.serving.control_port, cluster)
     reading = _sensor_reading(name, namespace, spec, state, registry, cluster, config, adapters)
     effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
-    params = policy_params(spec, observation_window_s=config.prometheus_window_seconds)
+    params = policy_params(spec, profile_points, observation_window_s=config.prometheus_window_seconds)
     control_pass(draft, params, reading, effects, now_s)
 
 

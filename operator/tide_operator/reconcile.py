@@ -23,6 +23,7 @@ from tide_operator.control.pod_policy import pod_policy_violations
 from tide_operator.control.policy import PolicyState
 from tide_operator.control.storage_tenancy import storage_violations, with_storage_defaults
 from tide_operator.control_step import run_control
+from tide_operator.cost_profile_source import ProfilePoints, read_cost_profile
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.control_token import control_token_secret, rotation_request
 from tide_operator.manifests.ownership import ChildConflict, conflict, describe
@@ -70,10 +71,9 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
         invalid(draft, refusal[0], *_summary(refusal[1]))
         return _result(draft)
     spec = with_storage_defaults(spec, config.storage)
-    secret = spec.storage.s3.credentials_secret
-    if secret and not cluster.secret_exists(namespace, secret):
-        invalid(draft, Reason.MISSING_CREDENTIALS, "spec.storage.s3.credentialsSecret",
-                f"Secret {namespace}/{secret} not found")
+    profile_points, missing = _referenced(spec, namespace, cluster)
+    if missing:
+        invalid(draft, *missing)
         return _result(draft)
 
     placement = _place(spec, cluster, config, name, draft.status)
@@ -91,8 +91,23 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
                                       ready_replicas=int(observed.get("readyReplicas") or 0),
                                       selector=labels.serving_selector(name)))
     if adapters is not None and draft.status.phase is Phase.SERVING:
-        run_control(name, namespace, spec, placement, draft, cluster, config, adopt, adapters)
+        run_control(name, namespace, spec, placement, draft, cluster, config, adopt, adapters,
+                    profile_points=profile_points)
     return _result(draft, applied)
+
+
+def _referenced(spec: TideDeploymentSpec, namespace: str,
+                cluster: Cluster) -> tuple[ProfilePoints | None, tuple[str, str, str] | None]:
+    """The cost profile of spec.control.costProfile.configMapRef, or (reason, field, message) of a
+    referenced object that is missing or unreadable (nothing is written then)."""
+    secret = spec.storage.s3.credentials_secret
+    if secret and not cluster.secret_exists(namespace, secret):
+        return None, (Reason.MISSING_CREDENTIALS, "spec.storage.s3.credentialsSecret",
+                      f"Secret {namespace}/{secret} not found")
+    try:
+        return read_cost_profile(spec, namespace, cluster), None
+    except SpecError as e:
+        return None, (Reason.INVALID_SPEC, e.field, e.message)
 
 
 def policy_refusal(spec: TideDeploymentSpec, namespace: str, name: str,

@@ -43,10 +43,17 @@ class DecisionSpec(ApiModel):
 class DriftSpec(ApiModel):
     """Drift detector: short and long exponential moving averages of the acceptance rate."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel_validations(
+            {"rule": "duration(self.shortHalfLife) > duration('0s')", "message": "shortHalfLife must be above 0s"},
+        )
+    )
+
     short_half_life: Duration = "2m"
+    """Half-life of the short average; above 0s (a zero half-life has no average)."""
     long_half_life: Duration = "30m"
-    threshold_percent: int = Field(default=5, ge=1, le=100)
-    """A shift is short < long - threshold, in percentage points of acceptance rate."""
+    threshold_percent: int = Field(default=5, ge=1, le=99)
+    """A shift is short < long * (1 - threshold / 100): 100 would need an acceptance below zero."""
     min_samples: int = Field(default=200, ge=1, le=1_000_000_000)
     """Drafted tokens observed before the detector may fire."""
 
@@ -62,8 +69,9 @@ class CostPoint(ApiModel):
     batch_size: int = Field(ge=1, le=65536)
     draft_cost_permille: int = Field(ge=0, le=100_000)
     """c(b): one draft step as a fraction of one target step, in permille."""
-    verify_cost_percent: int = Field(ge=1, le=10_000)
-    """beta(b): one verification step as a fraction of one target decode step, in percent."""
+    verify_cost_percent: int = Field(ge=100, le=10_000)
+    """beta(b): one verification step as a fraction of one target decode step, in percent; at least
+    100 (verifying the drafted tokens costs at least the one decode step it replaces)."""
 
 
 class CostProfileSpec(ApiModel):
@@ -79,6 +87,8 @@ class CostProfileSpec(ApiModel):
     )
 
     config_map_ref: ConfigMapKeyRef | None = None
+    """ConfigMap in this namespace whose key holds the profile as JSON, {"points": [...]} with the
+    fields and bounds of ``points`` (docs/operating.md); read every pass, missing or bad: Invalid."""
     points: tuple[CostPoint, ...] | None = Field(
         default=None,
         min_length=1,
@@ -136,8 +146,15 @@ class TrainingControlSpec(ApiModel):
 class CanarySpec(ApiModel):
     """Live comparison of a candidate draft on part of the fleet (Argo Rollouts vocabulary)."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel_validations(
+            {"rule": "duration(self.analysisWindow) > duration('0s')", "message": "analysisWindow must be above 0s"},
+        )
+    )
+
     replicas: int = Field(default=1, ge=1, le=64)
     analysis_window: Duration = "5m"
+    """How long the canary is measured against the control pods; above 0s."""
     min_acceptance_length_gain_percent: int = Field(default=2, ge=0, le=1000)
     """Success: canary acceptance length beats control by at least this much."""
     max_throughput_loss_percent: Percent = 5

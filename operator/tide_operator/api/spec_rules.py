@@ -81,6 +81,17 @@ def _control_timing(spec: TideDeploymentSpec) -> list[Problem]:
     return problems
 
 
+def _positive_durations(spec: TideDeploymentSpec) -> list[Problem]:
+    """Durations the control loop divides by (a half-life, a window split into measurements)."""
+    control = spec.control
+    problems: list[Problem] = []
+    if duration_seconds(control.drift.short_half_life) == 0:
+        problems.append(("spec.control.drift.shortHalfLife", "must be above 0s"))
+    if duration_seconds(control.canary.analysis_window) == 0:
+        problems.append(("spec.control.canary.analysisWindow", "must be above 0s"))
+    return problems
+
+
 CEL_TWINS: tuple[Callable[[TideDeploymentSpec], list[Problem]], ...] = (
     _tensor_parallel,
     _canary_replicas,
@@ -89,6 +100,7 @@ CEL_TWINS: tuple[Callable[[TideDeploymentSpec], list[Problem]], ...] = (
     _cost_profile,
     _capture,
     _control_timing,
+    _positive_durations,
 )
 
 

@@ -125,6 +125,15 @@ class TrainingSpec(PodScheduling):
     max_concurrent_jobs: int = Field(default=1, ge=1, le=8)
 
 
+# What botocore accepts as an endpoint host: DNS labels of letters, digits and inner dashes (no
+# underscore), a port up to 65535 (a path parses; storage tenancy refuses it).
+_HOST_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+_PORT = r"([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+S3_ENDPOINT_PATTERN = rf"^https?://{_HOST_LABEL}(\.{_HOST_LABEL})*(:{_PORT})?(/[^\s?#]*)?$"
+# botocore's region check: a host label that is not all digits.
+S3_REGION_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
+
+
 class S3Storage(ApiModel):
     """S3 (or S3-compatible) storage of captures and drafts."""
 
@@ -134,9 +143,11 @@ class S3Storage(ApiModel):
         Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=r"^[A-Za-z0-9!_.*'()/-]+$")] | None
     ) = None
     """Key prefix of this deployment's captures/ and drafts/; default: <namespace>/<name>."""
-    endpoint: Annotated[str, StringConstraints(max_length=512, pattern=r"^https?://\S+$")] | None = None
-    """Endpoint of an S3-compatible store; empty for AWS."""
-    region: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$")] | None = None
+    endpoint: Annotated[str, StringConstraints(max_length=262, pattern=S3_ENDPOINT_PATTERN)] | None = None
+    """Endpoint of an S3-compatible store (``http(s)://host[:port]``, a DNS name or IPv4 address: the
+    S3 client refuses host names with underscores); empty for AWS."""
+    region: Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=S3_REGION_PATTERN)] | None = None
+    """Region (us-east-1, auto): lowercase words joined by single dashes, starting with a letter."""
     credentials_secret: DnsSubdomain | None = None
     """Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; omit to use the service account."""
     delete_artifacts_on_delete: bool = False

@@ -24,6 +24,8 @@ def policy_params(spec: TideDeploymentSpec, profile_points: Iterable[tuple[int, 
     points = profile_points
     if points is None and control.cost_profile is not None and control.cost_profile.points:
         points = [(p.batch_size, p.draft_cost_permille, p.verify_cost_percent) for p in control.cost_profile.points]
+    if points is not None:
+        points = sorted(points)  # a list-map keeps the user's order; the profile interpolates by batch size
     return PolicyParams(
         target_revision=spec.target.revision,
         speculation=SpeculationMode(control.speculation.value),

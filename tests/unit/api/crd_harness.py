@@ -20,7 +20,9 @@ import jsonschema
 from tide_operator.api.crd import crd
 
 
+@lru_cache(maxsize=1)
 def resource_schema() -> dict[str, Any]:
+    """Generated once per test session (callers never mutate it)."""
     return crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
@@ -55,10 +57,15 @@ def _strict_jsonschema(node: Any) -> Any:
     return out
 
 
-def openapi_errors(obj: dict[str, Any]) -> list[str]:
+@lru_cache(maxsize=1)
+def _validator() -> jsonschema.Draft202012Validator:
     schema = _strict_jsonschema(resource_schema())
     schema["properties"]["metadata"] = {"type": "object"}
-    validator = jsonschema.Draft202012Validator(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def openapi_errors(obj: dict[str, Any]) -> list[str]:
+    validator = _validator()
     return [f"{'.'.join(map(str, error.absolute_path))}: {error.message}" for error in validator.iter_errors(obj)]
 
 
