@@ -71,8 +71,10 @@ def test_children_named_by_someone_else_are_refused_and_left_untouched(kube, nam
     for kind, name in before:
         assert f"{kind} {name} exists with no owner" in degraded["message"]
     core = client.CoreV1Api(kube)
-    warnings = core.list_namespaced_event(namespace, field_selector="type=Warning").items
-    assert any(e.reason == "ChildConflict" and "Deployment chat-vllm" in e.message for e in warnings)
+    # Kopf posts Events from a background queue: the Warning may land after the status does.
+    wait_for(lambda: any(e.reason == "ChildConflict" and "Deployment chat-vllm" in e.message
+                         for e in core.list_namespaced_event(namespace, field_selector="type=Warning").items),
+             "the ChildConflict Warning Event", timeout_s=30)
 
     time.sleep(5)  # a few resyncs later: nothing was patched, adopted or created
     assert squatted["now"]() == before

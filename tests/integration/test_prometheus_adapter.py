@@ -80,7 +80,8 @@ class Sims:
         scenario_file.write_text(yaml.safe_dump(scenario))
         port, control_port = _free_ports(host)
         env = {**os.environ, "TIDE_DRAFT_VERSION": version, "TIDE_TARGET_REVISION": "rev-1", "TIDE_POD_NAME": pod,
-               "TIDE_CONTROL_TOKEN": TOKEN, "TIDE_CONTROL_PORT": str(control_port)}
+               "TIDE_CONTROL_TOKEN": TOKEN, "TIDE_CONTROL_PORT": str(control_port),
+               "TIDE_LOCAL_DRAFTS_DIR": str(self.workdir)}  # the test's drafts are local directories
         record = spawn(pod, [sys.executable, "-m", "tide_vllm_sim", "--model", "tiny", "--served-model-name",
                              deployment.name, "--host", host, "--port", str(port), "--speculative-config", SPEC,
                              "--sim-scenario", str(scenario_file), "--tensor-parallel-size", "1"],
