@@ -9,7 +9,6 @@ The capture buffer is pruned on its own timer (capture_retention.py), not here.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -38,7 +37,6 @@ from tide_operator.prometheus_credentials import resolve_connection
 from tide_operator.sensors import read_sensors
 from tide_operator.serving_status import StatusDraft
 
-log = logging.getLogger(__name__)
 _LAST_RUN: dict[tuple[str, str], float] = {}
 # Samples per capture object, per TideDeployment: each pass lists the buffer, and only objects
 # new since the last pass cost a HEAD (in memory: after a restart the first pass reads them all).

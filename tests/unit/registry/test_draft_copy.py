@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -22,7 +21,6 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ReadTimeoutError
-from moto.server import ThreadedMotoServer
 
 from tide_contracts.draft_copy import (
     HASH_CHUNK_BYTES,
@@ -130,20 +128,9 @@ class ChunkOnlyBody:
         raise AssertionError("a draft file was read whole")
 
 
-@pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
 @pytest.fixture
-def s3(endpoint: str) -> Any:
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test",
+def s3(s3_endpoint: str) -> Any:  # the suite's loopback S3 server (tests/conftest.py)
+    return boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1", aws_access_key_id="test",
                         aws_secret_access_key="test", config=Config(s3={"addressing_style": "path"}))
 
 
