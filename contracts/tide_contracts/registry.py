@@ -80,7 +80,8 @@ class Manifest(_Frozen):
     """manifest.json of a candidate (written by the trainer) and of a promoted draft."""
 
     manifest_version: int = 1
-    kind: str = Field(pattern=r"^(candidate|draft)$")
+    # bootstrap: a freshly initialised head (`tide_trainer init`) under bootstrap/, never promoted
+    kind: str = Field(pattern=r"^(candidate|draft|bootstrap)$")
     run_id: str
     version: str | None = None  # vN, set by the operator on promotion
     created_at: str

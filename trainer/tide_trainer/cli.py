@@ -1,4 +1,4 @@
-"""`python -m tide_trainer train`: the Job entrypoint. Arguments, environment and exit codes are a contract
+"""`python -m tide_trainer train|init`: the Job entrypoints. Arguments, environment and exit codes are a contract
 (docs/contracts/trainer-cli.md); the flags are generated from TrainConfig so they cannot drift from it.
 """
 
@@ -15,10 +15,11 @@ from typing import Any, NoReturn, get_args
 
 import torch
 import torch.distributed as dist
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tide_contracts.shards import ShardError
-from tide_trainer.config import TrainConfig, load_config_file
+from tide_trainer.bootstrap import run_init
+from tide_trainer.config import InitConfig, TrainConfig, load_config_file
 from tide_trainer.data import IncompatibleDataError, NoDataError
 from tide_trainer.run import run_training
 from tide_trainer.starting_point import IncompatibleDraftError
@@ -66,20 +67,27 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m tide_trainer", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train a candidate draft from captured hidden states")
-    train.add_argument("--config", type=Path, help="YAML or JSON file of TrainConfig keys; flags override")
-    for name, field in TrainConfig.model_fields.items():
-        train.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=field.description)
+    for command, model, what in (("train", TrainConfig, "train a candidate draft from captured hidden states"),
+                                 ("init", InitConfig, "write a freshly initialised draft head for the target")):
+        parser_ = sub.add_parser(command, help=what)
+        parser_.add_argument("--config", type=Path, help=f"YAML or JSON file of {model.__name__} keys; flags override")
+        for name, field in model.model_fields.items():
+            parser_.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=field.description)
     return parser
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
+_CONFIGS: dict[str, type[BaseModel]] = {"train": TrainConfig, "init": InitConfig}
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """The subcommand's typed config (TrainConfig or InitConfig)."""
+    model = _CONFIGS[args.command]
     values: dict[str, Any] = load_config_file(args.config) if args.config else {}
-    for name, field in TrainConfig.model_fields.items():
+    for name, field in model.model_fields.items():
         raw = getattr(args, name)
         if raw is not None:
             values[name] = _parse_flag(raw, field.annotation)
-    return TrainConfig.model_validate(values)
+    return model.model_validate(values)
 
 
 def _parse_flag(raw: str, annotation: Any) -> Any:
@@ -96,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValidationError, ValueError, OSError) as e:
         log.error("bad config: %s", e)
         return _finish(ExitCode.BAD_CONFIG, {"error": str(e)})
+    if isinstance(cfg, InitConfig):
+        return init(cfg)
     missing = missing_gpu()
     if missing:
         log.error("no_gpu: %s", missing)
@@ -116,6 +126,18 @@ def main(argv: list[str] | None = None) -> int:
              decision.get("candidate_acceptance_length", float("nan")), decision.get("baseline"),
              decision.get("baseline_acceptance_length", float("nan")), code.name)
     return _finish(code, {"report": str(cfg.report_file), "candidate": outcome.candidate_uri, **decision})
+
+
+def init(cfg: InitConfig) -> int:
+    """The bootstrap head: no GPU needed (a random layer and copies of the target's tensors)."""
+    try:
+        outcome = run_init(cfg)
+    except tuple(cls for cls, _ in _ERRORS) as e:
+        code = next(c for cls, c in _ERRORS if isinstance(e, cls))
+        log.error("%s: %s", code.name.lower(), e)
+        return _finish(code, {"error": str(e)})
+    log.info("bootstrap head %s at %s", "written" if outcome.created else "kept", outcome.uri)
+    return _finish(ExitCode.OK, {"bootstrap": outcome.uri, "created": outcome.created})
 
 
 def missing_gpu() -> str | None:

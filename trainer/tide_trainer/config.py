@@ -78,6 +78,24 @@ class TrainConfig(BaseModel):
         return Path(self.report_path) if self.report_path else Path(self.work_dir) / "eval.json"
 
 
+class InitConfig(BaseModel):
+    """`tide_trainer init`: a freshly initialised draft for the target (docs/contracts/trainer-cli.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target_model: str = Field(description="HF Llama target: local dir or s3:// prefix with config.json and "
+                              "model.safetensors")
+    target_revision: str = Field(description="Target revision the head is pinned to (its manifest says so)")
+    output: str = Field(description="Where the head goes: a local directory or s3://bucket/prefix (the operator: "
+                        "<registry>/bootstrap/<key>); an existing head of another revision is never overwritten")
+    aux_layer_ids: list[int] | None = Field(None, description="Default [1, L/2, L-1]")
+    speculative_tokens: int = Field(3, ge=1, description="K written into config.json")
+    seed: int = Field(0, description="Initialisation seed: the same inputs give the same head")
+    work_dir: str = Field("tide-init", description="Local export before the upload")
+    export_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    verifier_name: str = Field("target", description="verifier.name_or_path written into config.json")
+
+
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a YAML or JSON config file into a dict (validated by TrainConfig, not here)."""
     text = Path(path).read_text()
