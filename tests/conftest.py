@@ -86,6 +86,22 @@ def _logs(state_dir: Path, namespace: str | None) -> list[tuple[str, str]]:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if "up_s" in PLANE_TIMINGS:
         terminalreporter.write_line(f"local control plane came up in {PLANE_TIMINGS['up_s']:.1f}s (binaries cached)")
+    rows = terminalreporter.config.stash.get(FAULT_ROWS, [])
+    if rows:
+        from tide_localcluster.faults import fault_table
+
+        terminalreporter.section("faults of a real cluster")
+        for line in fault_table(rows):
+            terminalreporter.write_line(line)
+
+
+FAULT_ROWS = pytest.StashKey[list]()
+
+
+@pytest.fixture(scope="session")
+def fault_report(pytestconfig: pytest.Config) -> list:
+    """Rows (tide_localcluster.faults.FaultRow) the fault tests add; the summary prints them as a table."""
+    return pytestconfig.stash.setdefault(FAULT_ROWS, [])
 
 
 @pytest.fixture(scope="session")

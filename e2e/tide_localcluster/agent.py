@@ -30,7 +30,8 @@ def run_agent(state_dir: Path, pools_file: Path, images_file: Path | None) -> No
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     kubelet = Kubelet(api, {n.name for n in nodes}, state_dir, load_catalog(images_file),
                       Path(info.prometheus_targets))
-    beats = threading.Thread(target=run_heartbeats, args=(api_client(info), nodes, stop), daemon=True)
+    beats = threading.Thread(target=run_heartbeats, args=(api_client(info), nodes, stop),
+                             kwargs={"lost": kubelet.lost}, daemon=True)
     beats.start()
     logging.getLogger("agent").info("nodes %s registered; kubelet running", [n.name for n in nodes])
     kubelet.run(stop)  # returns after stopping every pod process on SIGTERM

@@ -9,14 +9,18 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+from collections.abc import Callable
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 from tide_localcluster.nodepools import FakeNode, node_body
 
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_SECONDS = 40
+# Several beats fit in the controller-manager's --node-monitor-grace-period (plane.NODE_MONITOR_GRACE_S).
+HEARTBEAT_PERIOD_S = 3.0
 log = logging.getLogger("heartbeat")
 
 
@@ -41,18 +45,22 @@ def _status(node: FakeNode) -> dict:
         "capacity": node.capacity, "allocatable": node.capacity,
         "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
                       {"type": "Hostname", "address": node.name}],
-        "conditions": [
-            {"type": "Ready", "status": "True", "reason": "KubeletReady",
-             "message": "tide process kubelet is posting ready status",
-             "lastHeartbeatTime": stamp, "lastTransitionTime": stamp},
-            *({"type": t, "status": "False", "reason": f"KubeletHasNo{t.removesuffix('Pressure')}Pressure",
-               "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}
-              for t in ("MemoryPressure", "DiskPressure", "PIDPressure")),
-        ],
+        "conditions": _status_conditions(stamp),
         "nodeInfo": {"kubeletVersion": "v1.20.2-tide-process", "kubeProxyVersion": "", "operatingSystem": "linux",
                      "architecture": "amd64", "containerRuntimeVersion": "tide-process://1",
                      "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": ""},
     }}
+
+
+def _status_conditions(stamp: str) -> list[dict]:
+    return [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady",
+         "message": "tide process kubelet is posting ready status",
+         "lastHeartbeatTime": stamp, "lastTransitionTime": stamp},
+        *({"type": t, "status": "False", "reason": f"KubeletHasNo{t.removesuffix('Pressure')}Pressure",
+           "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}
+          for t in ("MemoryPressure", "DiskPressure", "PIDPressure")),
+    ]
 
 
 def renew(core: client.CoreV1Api, coordination: client.CoordinationV1Api, node: FakeNode) -> None:
@@ -66,21 +74,35 @@ def renew(core: client.CoreV1Api, coordination: client.CoordinationV1Api, node: 
         if e.status != 404:
             raise
         coordination.create_namespaced_lease(LEASE_NAMESPACE, lease)
-    # Only the Ready heartbeat moves; transition times stay as they were.
     current = core.read_node_status(node.name)
-    conditions = [c.to_dict() for c in current.status.conditions or []]
-    for c in conditions:
-        c["last_heartbeat_time"] = stamp
-    patch = {"status": {"conditions": [client.ApiClient().sanitize_for_serialization(client.V1NodeCondition(**c))
-                                       for c in conditions]}}
-    core.patch_node_status(node.name, patch)
+    core.patch_node_status(node.name, {"status": {"conditions": healthy_conditions(
+        client.ApiClient().sanitize_for_serialization(current.status.conditions or []), stamp.isoformat())}})
+
+
+def healthy_conditions(current: list[dict], stamp: str) -> list[dict]:
+    """What a healthy kubelet posts: Ready=True and no pressure, heartbeats at ``stamp``.
+
+    A condition keeps its transition time while its status stays; one the node lifecycle
+    controller set to Unknown (heartbeats were late, e.g. across an apiserver restart) flips back.
+    """
+    before = {c["type"]: c for c in current}
+    out = []
+    for wanted in _status_conditions(stamp):
+        old = before.get(wanted["type"])
+        if old is not None and old.get("status") == wanted["status"] and old.get("lastTransitionTime"):
+            wanted["lastTransitionTime"] = old["lastTransitionTime"]
+        out.append(wanted)
+    return out
 
 
 def run_heartbeats(api: client.ApiClient, nodes: list[FakeNode], stop: threading.Event,
-                   period_s: float = 5.0) -> None:
+                   period_s: float = HEARTBEAT_PERIOD_S,
+                   lost: Callable[[], frozenset[str]] = frozenset) -> None:
+    """Renew every node's heartbeat each period, except the nodes ``lost()`` names (a fault)."""
     core, coordination = client.CoreV1Api(api), client.CoordinationV1Api(api)
     while not stop.is_set():
-        for node in nodes:
+        silent = lost()
+        for node in (n for n in nodes if n.name not in silent):
             try:
                 renew(core, coordination, node)
             except ApiException as e:
@@ -88,6 +110,6 @@ def run_heartbeats(api: client.ApiClient, nodes: list[FakeNode], stop: threading
                     register(core, node)  # someone deleted the Node: a kubelet re-registers
                 else:
                     log.warning("heartbeat for %s failed: %s", node.name, e.reason)
-            except OSError as e:
+            except (HTTPError, OSError) as e:  # the apiserver away (restarting): beat again next period
                 log.warning("heartbeat for %s failed: %s", node.name, e)
         stop.wait(period_s)

@@ -22,9 +22,11 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
+from tide_localcluster.faults import FaultError, lost_nodes
 from tide_localcluster.images import ImageCatalog
-from tide_localcluster.podrunner import PodRunner
+from tide_localcluster.podrunner import PodRunner, server_side
 from tide_localcluster.processes import ProcessTable
 
 log = logging.getLogger("kubelet")
@@ -88,13 +90,16 @@ class Kubelet:
         while not stop.is_set():
             try:
                 self.sync()
-            except (ApiException, OSError) as e:
+            except (ApiException, HTTPError, OSError) as e:  # the apiserver away (restarting): sync again
                 log.warning("sync failed: %s", e)
             stop.wait(SYNC_PERIOD_S)
         self.shutdown()
 
     def sync(self) -> None:
-        pods = [p for p in self.core.list_pod_for_all_namespaces().items if p.spec.node_name in self.node_names]
+        # A lost node's pods are left alone: not started, not deleted, and their runners (below, as
+        # pods not seen) killed without a word, as a machine that lost power would (faults.lose_node).
+        serving = self.node_names - self.lost()
+        pods = [p for p in self.core.list_pod_for_all_namespaces().items if p.spec.node_name in serving]
         seen = set()
         for pod in pods:
             uid = pod.metadata.uid
@@ -104,9 +109,16 @@ class Kubelet:
                 self._delete(pod, runner)
             elif runner is None and pod.status.phase not in ("Succeeded", "Failed"):
                 self._start(pod)
-        for uid in set(self.runners) - seen:  # force-deleted behind our back
+        for uid in set(self.runners) - seen:  # force-deleted behind our back, or on a lost node
             self.runners.pop(uid).stop(grace_s=0)
         self._write_targets()
+
+    def lost(self) -> frozenset[str]:
+        try:
+            return lost_nodes(self.state_dir)
+        except (FaultError, OSError, ValueError) as e:  # a bad fault file loses no node
+            log.warning("lost-node file ignored: %s", e)
+            return frozenset()
 
     def _start(self, pod: client.V1Pod) -> None:
         raw = self.core.api_client.sanitize_for_serialization(pod)
@@ -134,8 +146,12 @@ class Kubelet:
             self.core.delete_namespaced_pod(name, namespace, body=client.V1DeleteOptions(
                 grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid)))
         except ApiException as e:
-            if e.status not in (404, 409):
+            if e.status not in (404, 409) and not server_side(e):
                 raise
+            if e.status not in (404, 409):
+                log.warning("pod %s/%s: delete not confirmed (%s), again next sync", namespace, name, e.status)
+        except HTTPError as e:  # the next sync sees the pod still terminating and confirms again
+            log.warning("pod %s/%s: delete not confirmed (%s), again next sync", namespace, name, type(e).__name__)
 
     def forget(self, uid: str, ip: str) -> None:
         self.runners.pop(uid, None)

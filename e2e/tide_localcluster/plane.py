@@ -31,6 +31,10 @@ OPERATOR_USER = "tide-operator"
 # A second operator identity for the namespaced-RBAC test: only the Roles that test grants bind it,
 # and the audit log records every request it makes, reads included, to derive the verbs it needs.
 NAMESPACED_OPERATOR_USER = "tide-operator-namespaced"
+# Node loss in test time: unreachable after the grace period, pods evicted after the toleration.
+# The node agent's heartbeat period (heartbeat.HEARTBEAT_PERIOD_S) stays well below the grace.
+NODE_MONITOR_GRACE_S = 16
+EVICTION_TOLERATION_S = 30
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,8 @@ def _start(state_dir: Path, pools_file: Path, images_file: Path | None, table: P
         "--secure-port", str(free_port()), "--port", "0",  # no fixed insecure port: planes can coexist
         # Fake nodes have no pod CIDR and no cloud: keep the controllers that assume one off.
         "--controllers", "*,-nodeipam,-cloud-node-lifecycle,-route,-service",
+        # A lost node goes unreachable in test time (default 40 s); the agent beats every few seconds.
+        f"--node-monitor-grace-period={NODE_MONITOR_GRACE_S}s", "--node-monitor-period=2s",
     ], logs))
     table.add(spawn("kube-scheduler", [
         str(kube_binary("kube-scheduler")), "--kubeconfig", str(kubeconfig), "--leader-elect=false",
@@ -155,6 +161,9 @@ def _apiserver_args(state_dir: Path, etcd_url: str, port: int) -> list[str]:
         "--service-account-signing-key-file", str(state_dir / "sa.key"),
         "--token-auth-file", str(state_dir / "tokens.csv"), "--authorization-mode", "RBAC",
         "--service-cluster-ip-range", "10.0.0.0/24", "--allow-privileged",
+        # Pods on a lost node are evicted after 30 s instead of 5 min (the DefaultTolerationSeconds plugin).
+        f"--default-unreachable-toleration-seconds={EVICTION_TOLERATION_S}",
+        f"--default-not-ready-toleration-seconds={EVICTION_TOLERATION_S}",
         # Every write the operator's user makes is logged, so tests can count them.
         "--audit-policy-file", str(_write_audit_policy(state_dir)),
         "--audit-log-path", str(state_dir / "audit.log"), "--audit-log-format", "json",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 from tide_localcluster import probes, volumes
 from tide_localcluster.podenv import ContainerConfigError, command_line, container_env, decode_secret
@@ -30,6 +31,9 @@ PASS_THROUGH_ENV = ("HOME", "LANG", "LC_ALL", "TZ", "TIDE_CACHE", "HF_HUB_OFFLIN
 MAX_BACKOFF_S = 10.0  # the real kubelet caps at 5 min; tests need restarts to be quick
 VOLUME_SYNC_S = 2.0  # the real kubelet's sync period is a minute; tests need updates to be quick
 TICK_S = 0.25
+# The status is sent again this often even unchanged, as the kubelet's status manager does: the
+# node lifecycle controller may have marked the pod not Ready meanwhile (a node late on heartbeats).
+STATUS_RESYNC_S = 10.0
 
 
 def utcnow() -> dt.datetime:
@@ -68,6 +72,7 @@ class PodRunner(threading.Thread):
         self._grace_s = 30.0
         self._delete_after = False
         self._reported: dict[str, Any] | None = None
+        self._reported_at = 0.0
         self._transitions: dict[str, tuple[str, str]] = {}
         self.volume_dirs: dict[str, Path] = {}  # secret/configMap volumes: name -> their files here
         self._volumes_synced = 0.0
@@ -114,6 +119,8 @@ class PodRunner(threading.Thread):
                 for c in self.containers:
                     c.view.waiting = ("CreateContainerConfigError", str(e))
                 self._report()
+            except (HTTPError, OSError) as e:  # the apiserver is away: read the objects again shortly
+                log.info("%s: env not resolved yet (%s)", self.name, type(e).__name__)
                 self._stop_requested.wait(2.0)
         return False
 
@@ -157,7 +164,7 @@ class PodRunner(threading.Thread):
             return
         try:
             self._sync_volumes()
-        except (ContainerConfigError, ApiException) as e:  # like the kubelet: the files stay as they were
+        except (ContainerConfigError, ApiException, HTTPError) as e:  # like the kubelet: the files stay as they were
             log.info("%s: volumes not refreshed: %s", self.name, e)
             self._volumes_synced = now
 
@@ -294,15 +301,24 @@ class PodRunner(threading.Thread):
             if previous and previous[0] == cond["status"]:
                 cond["lastTransitionTime"] = previous[1]
             self._transitions[cond["type"]] = (cond["status"], cond["lastTransitionTime"])
-        if status == self._reported:
+        if status == self._reported and time.monotonic() - self._reported_at < STATUS_RESYNC_S:
             return
         meta = self.pod["metadata"]
         try:
             self.kubelet.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
-            self._reported = status
+            self._reported, self._reported_at = status, time.monotonic()
         except ApiException as e:
-            if e.status != 404:
+            if e.status != 404 and not server_side(e):
                 raise
+            if e.status != 404:
+                log.info("%s: status not sent (apiserver %s), again next tick", self.name, e.status)
+        except (HTTPError, OSError) as e:  # the apiserver is away (restarting): the containers run on
+            log.info("%s: status not sent (%s), again next tick", self.name, type(e).__name__)
+
+
+def server_side(e: ApiException) -> bool:
+    """An apiserver answer that says "later" (etcd away, overloaded), not "never"."""
+    return e.status is not None and (e.status >= 500 or e.status == 429)
 
 
 __all__ = ["PodRunner", "rfc3339"]

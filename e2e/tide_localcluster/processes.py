@@ -99,6 +99,13 @@ class ProcessTable:
         tmp.write_text(json.dumps([asdict(r) for r in records], indent=1))
         tmp.replace(self.path)
 
+    def replace(self, pid: int, record: ProcessRecord) -> None:
+        """A restarted process takes the old one's place, so `stop_all` keeps the start order."""
+        records = [record if r.pid == pid else r for r in self.load()]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([asdict(r) for r in records], indent=1))
+        tmp.replace(self.path)
+
     def stop_all(self) -> None:
         # Reverse start order: the agent and controllers go before the apiserver and etcd.
         for record in reversed(self.load()):

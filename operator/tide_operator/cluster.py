@@ -27,13 +27,19 @@ from tide_operator.manifests.ownership import ChildConflict, conflict, owner_uid
 
 log = logging.getLogger(__name__)
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
+DISRUPTION_BUDGET = "PodDisruptionBudget"
+# Group versions serving PodDisruptionBudget, newest first: policy/v1 since Kubernetes 1.21, only
+# policy/v1beta1 on 1.20 (removed in 1.25). The python client types only v1, so both go by path.
+POLICY_VERSIONS = ("policy/v1", "policy/v1beta1")
+# API server URL -> the policy version it serves: discovered once per operator process.
+_POLICY_VERSION: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
 class Applied:
     kind: str
     name: str
-    action: str  # created | patched | migrated | unchanged
+    action: str  # created | patched | migrated | unchanged | deleted
     drift: tuple[str, ...] = ()
 
 
@@ -74,6 +80,48 @@ class Cluster:
             )
             for n in self.core.list_node().items
         ]
+
+    def disruption_budget_api_version(self) -> str:
+        """The policy group version this API server serves PodDisruptionBudgets in (cached)."""
+        host = self.api.configuration.host
+        if host not in _POLICY_VERSION:
+            served = {v.group_version for v in client.PolicyApi(self.api).get_api_group().versions or ()}
+            version = next((v for v in POLICY_VERSIONS if v in served), None)
+            if version is None:
+                raise ApiException(status=404, reason=f"no PodDisruptionBudget version (policy: {sorted(served)})")
+            _POLICY_VERSION[host] = version
+        return _POLICY_VERSION[host]
+
+    def _budgets(self, namespace: str, name: str = "") -> str:
+        path = f"/apis/{self.disruption_budget_api_version()}/namespaces/{namespace}/poddisruptionbudgets"
+        return f"{path}/{name}" if name else path
+
+    def _policy_call(self, method: str, path: str, body: Any = None, query: list[tuple[str, Any]] | None = None,
+                     content_type: str = "application/json") -> dict[str, Any]:
+        try:
+            return self.api.call_api(  # type: ignore[no-any-return]
+                path, method, query_params=query or [], body=body, auth_settings=["BearerToken"],
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                response_types_map={200: "object", 201: "object"}, _return_http_data_only=True)
+        except ApiException as e:
+            if e.status == 404 and method != "GET":  # the version went away (an upgrade): discover again
+                _POLICY_VERSION.pop(self.api.configuration.host, None)
+            raise
+
+    def delete_owned(self, kind: str, namespace: str, name: str, owner_uid: str) -> bool:
+        """Delete child ``name`` (a PodDisruptionBudget) if it exists and is ours; True when it was."""
+        live = self._read(kind, namespace, name)
+        if live is None:
+            return False
+        found = conflict(owner_uid, kind, live)
+        if found is not None:
+            raise ChildConflict([found])
+        try:
+            self._policy_call("DELETE", self._budgets(namespace, name))
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        return True
 
     # --- writes ---
     def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -164,7 +212,8 @@ class Cluster:
     def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         reader = {"Deployment": self.apps.read_namespaced_deployment, "Service": self.core.read_namespaced_service,
                   "ConfigMap": self.core.read_namespaced_config_map, "Secret": self.core.read_namespaced_secret,
-                  "Job": self.batch.read_namespaced_job}[kind]
+                  "Job": self.batch.read_namespaced_job,
+                  DISRUPTION_BUDGET: lambda n, ns: self._policy_call("GET", self._budgets(ns, n))}[kind]
         try:
             return self.api.sanitize_for_serialization(reader(name, namespace))
         except ApiException as e:
@@ -177,7 +226,9 @@ class Cluster:
                    "Service": self.core.create_namespaced_service,
                    "ConfigMap": self.core.create_namespaced_config_map,
                    "Secret": self.core.create_namespaced_secret,
-                   "Job": self.batch.create_namespaced_job}[kind]
+                   "Job": self.batch.create_namespaced_job,
+                   DISRUPTION_BUDGET: lambda ns, b, field_manager: self._policy_call(
+                       "POST", self._budgets(ns), b, [("fieldManager", field_manager)])}[kind]
         creator(namespace, body, field_manager=FIELD_MANAGER)
 
     def _patch(self, kind: str, namespace: str, name: str, body: Any, **how: Any) -> dict[str, Any]:
@@ -185,8 +236,14 @@ class Cluster:
                    "Service": self.core.patch_namespaced_service,
                    "ConfigMap": self.core.patch_namespaced_config_map,
                    "Secret": self.core.patch_namespaced_secret,
-                   "Job": self.batch.patch_namespaced_job}[kind]
+                   "Job": self.batch.patch_namespaced_job,
+                   DISRUPTION_BUDGET: self._patch_budget}[kind]
         return self.api.sanitize_for_serialization(patcher(name, namespace, body, **how))
+
+    def _patch_budget(self, name: str, namespace: str, body: Any, *, _content_type: str,
+                      field_manager: str | None = None, force: bool | None = None) -> dict[str, Any]:
+        query = [(key, value) for key, value in (("fieldManager", field_manager), ("force", force)) if value]
+        return self._policy_call("PATCH", self._budgets(namespace, name), body, query, _content_type)
 
 
 def _check_owner(desired: dict[str, Any], live: dict[str, Any]) -> None:

@@ -47,6 +47,9 @@ NAMESPACED = (
     Grant("", ("secrets",), ("get", "create", "patch"),
           "the control-token Secret: created, rotated on tide.dev/rotate-token; reading the S3 credentials "
           "Secret a spec names"),
+    Grant("policy", ("poddisruptionbudgets",), ("get", "create", "patch", "delete"),
+          "the vLLM pods' PodDisruptionBudget: like the Deployment; deleted when spec.inference.disruption "
+          "is disabled"),
     Grant("batch", ("jobs",), ("get", "list", "create", "delete"),
           "trainer Jobs: read before create or delete (owner UID), listed by the training sensor"),
     Grant("", ("events",), ("create",), "Kopf posts core/v1 Events, one per decision"),
@@ -71,6 +74,8 @@ NAMESPACE_SCANNING = (
 UNSEEN_IN_A_SERVING_RUN: dict[Permission, str] = {
     (GROUP, f"{PLURAL}/finalizers", "update"): "an authorization check at admission, never a request",
     ("", "secrets", "patch"): "only a token rotation patches the Secret (test_control_token_rotation)",
+    ("policy", "poddisruptionbudgets", "delete"): "only disabling spec.inference.disruption deletes the budget "
+                                                  "(unit: test_reconcile_capacity)",
     ("batch", "jobs", "create"): "a trainer Job starts only once enough captures are buffered (test_promotion)",
     ("batch", "jobs", "delete"): "a trainer Job the control loop cancels (unit: test_effect_reasons)",
     ("batch", "jobs", "list"): "the training sensor lists Jobs only while a training run is open (test_promotion)",

@@ -2,6 +2,9 @@
 
 Like jobset's Reconcile: each step returns early on a problem, the status is built once and
 written once by the handler, and nothing already running is touched while the spec is invalid.
+Missing GPU capacity is not such a problem: the children are applied and their pods wait Pending
+for the scheduler, or for an autoscaler that adds nodes because it sees them (Scheduled=False,
+WaitingForCapacity).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from tide_operator.control_step import run_control
 from tide_operator.cost_profile_source import ProfilePoints, read_cost_profile
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.control_token import control_token_secret, rotation_request
+from tide_operator.manifests.disruption import KIND as DISRUPTION_BUDGET
+from tide_operator.manifests.disruption import build_disruption_budget
 from tide_operator.manifests.ownership import ChildConflict, conflict, describe
 from tide_operator.manifests.serving import (
     build_service,
@@ -77,7 +82,7 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
         return _result(draft)
 
     placement = _place(spec, cluster, config, name, draft.status)
-    if not placement.inference.ok:
+    if not placement.inference.ok:  # no class allowed at all; without free GPUs the pass goes on
         mark_unscheduled(draft, placement)
         return _result(draft)
     scheduled(draft, placement)
@@ -133,6 +138,7 @@ def child_names(name: str, status: TideDeploymentStatus) -> list[tuple[str, str]
     run_counter = PolicyState.from_dict(stored).lifecycle.run_counter if stored else 0
     return [("Secret", names.control_token_secret_name(name)), ("ConfigMap", names.serving_config_name(name)),
             ("Service", names.serving_name(name)), ("Deployment", names.serving_name(name)),
+            (DISRUPTION_BUDGET, names.disruption_budget_name(name)),
             ("Job", names.trainer_job_name(name, run_id_for(run_counter + 1)))]
 
 
@@ -149,7 +155,8 @@ def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Pl
     try:
         token = control_token_secret(name, namespace, live[("Secret", names.control_token_secret_name(name))],
                                      rotation_request(meta), draft.now, config.serving.token_rotation_grace_seconds)
-        return _apply_children(name, namespace, spec, placement, config, cluster, adopt, live, token)
+        applied = _apply_children(name, namespace, spec, placement, config, cluster, adopt, live, token)
+        return applied + _apply_disruption_budget(meta, spec, cluster, adopt, live)
     except ChildConflict as e:  # lost a race to someone else's object between the read and the write
         child_conflict(draft, str(e))
         return None
@@ -164,6 +171,20 @@ def _apply_children(name: str, namespace: str, spec: TideDeploymentSpec, placeme
     bands = launch_bands_of(live[("Deployment", names.serving_name(name))])
     return tuple(cluster.apply(child, live[(child["kind"], child["metadata"]["name"])])
                  for child in map(adopt, _children(name, namespace, spec, placement, config, bands)))
+
+
+def _apply_disruption_budget(meta: dict[str, Any], spec: TideDeploymentSpec, cluster: Cluster, adopt: Any,
+                             live: dict[tuple[str, str], dict[str, Any] | None]) -> tuple[Applied, ...]:
+    """The serving pods' PodDisruptionBudget, or its removal once the spec disables it."""
+    name, namespace = meta["name"], meta["namespace"]
+    child = names.disruption_budget_name(name)
+    desired = build_disruption_budget(name, namespace, spec, cluster.disruption_budget_api_version())
+    if desired is not None:
+        return (cluster.apply(adopt(desired), live[(DISRUPTION_BUDGET, child)]),)
+    if live[(DISRUPTION_BUDGET, child)] is not None and cluster.delete_owned(DISRUPTION_BUDGET, namespace, child,
+                                                                               meta.get("uid", "")):
+        return (Applied(DISRUPTION_BUDGET, child, "deleted"),)
+    return ()
 
 
 def _summary(refused: list[tuple[str, str]]) -> tuple[str, str]:

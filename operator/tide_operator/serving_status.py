@@ -94,17 +94,21 @@ def children_owned(draft: StatusDraft) -> None:
 
 
 def unscheduled(draft: StatusDraft, placement: Placement) -> None:
+    """No class can be placed at all (the spec allows none): nothing is created."""
     choice = placement.inference
     draft.condition(ConditionType.SCHEDULED, False, choice.reason, choice.message, warn=True)
-    draft.condition(ConditionType.READY, False, choice.reason, "no inference pool fits: " + choice.message)
+    draft.condition(ConditionType.READY, False, choice.reason, "no inference pool: " + choice.message)
     draft.update(phase=Phase.PENDING, observed_generation=draft.generation)
 
 
 def scheduled(draft: StatusDraft, placement: Placement) -> None:
+    """Scheduled=True when every replica has room now, else False/WaitingForCapacity saying what is
+    missing: the children are created either way and the scheduler (or an autoscaler) decides."""
     inference, training = placement.inference, placement.training
-    message = f"inference on {inference.gpu_class.name if inference.gpu_class else '-'}"
-    message += f", training on {training.gpu_class.name}" if training.gpu_class else f"; training: {training.message}"
-    draft.condition(ConditionType.SCHEDULED, True, Reason.POOLS_CHOSEN, message)
+    message = f"inference on {inference.message}"
+    message += f"; training on {training.message}" if training.gpu_class else f"; training: {training.message}"
+    reason = Reason.POOLS_CHOSEN if inference.has_capacity else Reason.WAITING_FOR_CAPACITY
+    draft.condition(ConditionType.SCHEDULED, inference.has_capacity, reason, message)
     draft.update(
         inference_pool=InferencePoolStatus(
             gpu_class=inference.gpu_class.name if inference.gpu_class else None, nodes=len(inference.nodes),

@@ -58,6 +58,12 @@ def condition(td: dict, kind: str) -> dict | None:
     return next((c for c in (td.get("status") or {}).get("conditions", []) if c["type"] == kind), None)
 
 
+def read_budget(kube, namespace: str, name: str) -> dict:
+    return kube.call_api(f"/apis/policy/v1beta1/namespaces/{namespace}/poddisruptionbudgets/{name}", "GET",
+                         header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                         response_types_map={200: "object"}, _return_http_data_only=True)
+
+
 def ready_td(kube, namespace: str, name: str) -> dict | None:
     td = get_td(kube, namespace, name)
     ready = condition(td, "Ready")
@@ -101,6 +107,13 @@ def test_apply_runs_vllm_on_h100_nodes_with_service_and_config(kube, namespace, 
 
     events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=chat").items
     assert any(e.reason == "ReplicasReady" for e in events)
+    # The serving pods' PodDisruptionBudget, in the only policy version a v1.20 API server serves.
+    budget = read_budget(kube, namespace, "chat-vllm")
+    assert budget["apiVersion"] == "policy/v1beta1"
+    assert budget["metadata"]["ownerReferences"][0]["kind"] == "TideDeployment"
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/component": "inference",
+                                                         "tide.dev/deployment": "chat"}
 
     import urllib.request
 
@@ -108,6 +121,41 @@ def test_apply_runs_vllm_on_h100_nodes_with_service_and_config(kube, namespace, 
         exported = r.read().decode()
     assert "tide_operator_reconcile_duration_seconds_count" in exported
     assert f'tide_operator_phase{{phase="Serving",tide_deployment="chat",tide_namespace="{namespace}"}} 1.0' in exported
+
+
+def test_more_replicas_than_free_gpus_are_created_and_wait_for_capacity(kube, namespace, operator):
+    # 3 replicas of 8 GPUs, 16 on the plane's two H100 nodes: the Deployment is created all the same,
+    # one pod at least waits Pending (an autoscaler would see it), and the status says what is missing.
+    spec = copy.deepcopy(SPEC)
+    spec["inference"].update(replicas=3, gpusPerReplica=8)
+    create_secret(kube, namespace)
+    client.CustomObjectsApi(kube).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                                  tide("chat", spec))
+    core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
+
+    def waiting():
+        scheduled = condition(get_td(kube, namespace, "chat"), "Scheduled")
+        return scheduled if scheduled and scheduled["reason"] == "WaitingForCapacity" else None
+
+    scheduled = wait_for(waiting, "Scheduled=False WaitingForCapacity")
+    assert scheduled["status"] == "False"
+    assert "need 3 x 8 GPUs on single nodes of H200, H100, A100, L40S" in scheduled["message"]
+    assert apps.read_namespaced_deployment("chat-vllm", namespace).spec.replicas == 3
+
+    def unschedulable():
+        pods = core.list_namespaced_pod(namespace, label_selector="tide.dev/deployment=chat").items
+        pending = [p for p in pods if any(c.type == "PodScheduled" and c.status == "False"
+                                          and c.reason == "Unschedulable" for c in p.status.conditions or ())]
+        return pending if len(pods) == 3 and pending else None
+
+    pending = wait_for(unschedulable, "a serving pod Pending for want of GPUs")
+    terms = pending[0].spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+    required = {t.match_expressions[0].values[0] for t in terms.node_selector_terms}
+    assert required >= {"NVIDIA-H200", "NVIDIA-A100-SXM4-80GB"}  # every NVIDIA class of the catalog
+    td = get_td(kube, namespace, "chat")
+    assert td["status"]["phase"] in ("Pending", "Serving")  # never Invalid, and nothing Degraded
+    assert (condition(td, "Degraded") or {}).get("status") != "True"
+    assert read_budget(kube, namespace, "chat-vllm")["spec"]["maxUnavailable"] == 1
 
 
 @pytest.mark.parametrize(("patch", "field"), [

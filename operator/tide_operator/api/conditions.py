@@ -35,9 +35,10 @@ class Reason:
     REPLICAS_READY = "ReplicasReady"
     SCALED_TO_ZERO = "ScaledToZero"
     # Scheduled (pool choice)
-    POOLS_CHOSEN = "PoolsChosen"
-    NO_MATCHING_GPU_NODES = "NoMatchingGPUNodes"
-    INSUFFICIENT_GPUS = "InsufficientGPUs"
+    POOLS_CHOSEN = "PoolsChosen"  # the inference pool has room for every replica now
+    # The pods are created and wait for the scheduler (or an autoscaler): not an error.
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"
+    NO_ALLOWED_GPU_CLASS = "NoAllowedGPUClass"  # nothing can be placed (parse_spec refuses such specs first)
     # SpeculationEnabled
     SPEEDUP_ABOVE_MARGIN = "SpeedupAboveMargin"
     SPEEDUP_BELOW_MARGIN = "SpeedupBelowMargin"

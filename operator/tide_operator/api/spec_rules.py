@@ -5,6 +5,7 @@ Each rule returns (field path, message) problems; ``parse_spec`` reports them in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection
 
 from tide_operator.api.extra_args import denied_flag
@@ -92,6 +93,24 @@ def _positive_durations(spec: TideDeploymentSpec) -> list[Problem]:
     return problems
 
 
+MAX_DISRUPTION_COUNT = 64  # inference.replicas' bound
+PERCENT_PATTERN = re.compile(r"^(100|[1-9]?[0-9])%$")
+
+
+def _disruption(spec: TideDeploymentSpec) -> list[Problem]:
+    """At most one of maxUnavailable and minAvailable (the CEL rule), each a count or a percentage."""
+    disruption, path = spec.inference.disruption, "spec.inference.disruption"
+    if disruption.max_unavailable is not None and disruption.min_available is not None:
+        return [(path, "set at most one of maxUnavailable and minAvailable")]
+    problems: list[Problem] = []
+    for name, value in (("maxUnavailable", disruption.max_unavailable), ("minAvailable", disruption.min_available)):
+        if isinstance(value, int) and not 0 <= value <= MAX_DISRUPTION_COUNT:
+            problems.append((f"{path}.{name}", f"must be between 0 and {MAX_DISRUPTION_COUNT}"))
+        if isinstance(value, str) and not PERCENT_PATTERN.match(value):
+            problems.append((f"{path}.{name}", f"{value!r} must be a count or a percentage from 0% to 100%"))
+    return problems
+
+
 CEL_TWINS: tuple[Callable[[TideDeploymentSpec], list[Problem]], ...] = (
     _tensor_parallel,
     _canary_replicas,
@@ -101,6 +120,7 @@ CEL_TWINS: tuple[Callable[[TideDeploymentSpec], list[Problem]], ...] = (
     _capture,
     _control_timing,
     _positive_durations,
+    _disruption,
 )
 
 

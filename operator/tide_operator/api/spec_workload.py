@@ -5,9 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints
 
-from tide_operator.api.base import ApiModel, DnsSubdomain, GpuClassName, ModelLocation
+from tide_operator.api.base import ApiModel, DnsSubdomain, GpuClassName, ModelLocation, cel_validations
 from tide_operator.api.extra_args import cel_rule as extra_args_cel_rule
 
 # Strings are never empty: the v1.20 API server validates "" in a custom resource as null.
@@ -97,6 +97,25 @@ class PodScheduling(ApiModel):
     """Merged last into the pod template (maps merge, lists of named items merge by name)."""
 
 
+class DisruptionSpec(ApiModel):
+    """The PodDisruptionBudget of the vLLM pods: how many a voluntary eviction (a node drain, an
+    autoscaler's scale-down) may take at once. Involuntary losses (a node failure) are not covered."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_validations(
+            {"rule": "!has(self.maxUnavailable) || !has(self.minAvailable)",
+             "message": "set at most one of maxUnavailable and minAvailable"},
+        )
+    )
+
+    enabled: bool = True
+    """false: no PodDisruptionBudget (one the operator made earlier is deleted)."""
+    max_unavailable: int | str | None = None
+    """Pods a drain may evict at once: a count (0-64) or a percentage ("25%"); default 1."""
+    min_available: int | str | None = None
+    """Pods that must stay up through a drain, instead: a count (0-64) or a percentage ("75%")."""
+
+
 class InferenceSpec(PodScheduling):
     """The vLLM servers on the inference pool."""
 
@@ -116,6 +135,8 @@ class InferenceSpec(PodScheduling):
     """Extra vLLM arguments; flags the operator sets itself (--model, -sc, --port...) are refused."""
     port: int = Field(default=8000, ge=1024, le=65535)
     """Port of the OpenAI API, /health, /metrics and the serving plugin's control routes."""
+    disruption: DisruptionSpec = Field(default_factory=DisruptionSpec)
+    """The PodDisruptionBudget of the vLLM pods (maxUnavailable 1 by default)."""
 
 
 class TrainingSpec(PodScheduling):

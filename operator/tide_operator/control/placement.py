@@ -1,18 +1,22 @@
-"""Pool choice: which GPU class serves and which trains, from the nodes the cluster has.
+"""Pool choice: which GPU class serves and which trains. Placement prefers, the scheduler decides.
 
-New GPUs serve and old GPUs train (TIDE §V-F): the inference pool takes the fastest inference class
-with room for every replica (a replica must fit on one node); the training pool takes the best
-training throughput per unit of inference throughput given up, on another class when one has room.
+New GPUs serve and old GPUs train (TIDE §V-F). A pool always gets a class while the spec allows
+one, with free GPUs or without (an autoscaler adds nodes only for Pending pods): the pods require
+any allowed class that shares the chosen class's vendor and GPU resource name (a pod requests one
+resource name, so it can only run on that vendor) and prefer each class by its value to the pool.
+Missing capacity is reported (``WaitingForCapacity``), never a reason to hold the pods back.
 Pure: the caller lists the nodes (a Node informer or a test table).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tide_operator.api.conditions import Reason
 from tide_operator.catalog import GpuCatalog, GpuClass
+
+MAX_WEIGHT = 100  # preferredDuringScheduling weights run 1..100
 
 
 @dataclass(frozen=True)
@@ -35,19 +39,32 @@ class NodeInventory:
 
 @dataclass(frozen=True)
 class PoolChoice:
-    """The class chosen for one pool (None when nothing fits), the capacity found and why."""
+    """The class chosen for one pool (None only when the spec allows no class), its capacity and why."""
 
     gpu_class: GpuClass | None
-    reason: str
+    reason: str  # PoolsChosen (room now) | WaitingForCapacity | NoAllowedGPUClass
     message: str
     nodes: tuple[str, ...] = ()
-    """Nodes of the class with room for at least one unit (replica or Job)."""
+    """Nodes of the eligible classes with room for at least one unit (replica or Job)."""
     units_fit: int = 0
     free_gpus: int = 0
+    preferences: tuple[tuple[GpuClass, int], ...] = ()
+    """Eligible classes (required node affinity) with their preference weights (1..100)."""
 
     @property
     def ok(self) -> bool:
         return self.gpu_class is not None
+
+    @property
+    def has_capacity(self) -> bool:
+        return self.reason == Reason.POOLS_CHOSEN
+
+    @property
+    def affinity(self) -> tuple[tuple[GpuClass, int], ...]:
+        """What the pods require and prefer; a choice made by hand (tests) is its class alone."""
+        if self.preferences or self.gpu_class is None:
+            return self.preferences
+        return ((self.gpu_class, MAX_WEIGHT),)
 
 
 @dataclass(frozen=True)
@@ -64,6 +81,9 @@ class PoolRequest:
     gpus_per_unit: int
 
 
+Pools = Mapping[str, Mapping[str, int]]  # {class name: {node name: free GPUs}}
+
+
 def _free_by_class(nodes: Sequence[NodeInventory], catalog: GpuCatalog) -> dict[str, dict[str, int]]:
     """{class name: {node name: free GPUs}} over schedulable nodes that carry a class's labels."""
     pools: dict[str, dict[str, int]] = {}
@@ -74,104 +94,130 @@ def _free_by_class(nodes: Sequence[NodeInventory], catalog: GpuCatalog) -> dict[
     return pools
 
 
-def _capacity(
-    gpu_class: GpuClass, free: Mapping[str, int], gpus_per_unit: int, reason: str, message: str
-) -> PoolChoice:
-    fitting = tuple(sorted(name for name, gpus in free.items() if gpus >= gpus_per_unit))
-    return PoolChoice(
-        gpu_class=gpu_class,
-        reason=reason,
-        message=message,
-        nodes=fitting,
-        units_fit=sum(gpus // gpus_per_unit for gpus in free.values()),
-        free_gpus=sum(free.values()),
-    )
-
-
 def _candidates(catalog: GpuCatalog, allowed: tuple[str, ...] | None) -> list[GpuClass]:
     return [gpu_class for gpu_class in catalog.gpu_classes if allowed is None or gpu_class.name in allowed]
 
 
-def _nothing_fits(
-    present: list[GpuClass],
-    candidates: list[GpuClass],
-    pools: Mapping[str, Mapping[str, int]],
-    request: PoolRequest,
-) -> PoolChoice:
-    if not present:
-        names = ", ".join(gpu_class.name for gpu_class in candidates) or "none"
-        return PoolChoice(None, Reason.NO_MATCHING_GPU_NODES, f"no schedulable node of GPU class {names}")
-    found = "; ".join(
-        f"{gpu_class.name}: " + ", ".join(f"{node}={gpus}" for node, gpus in sorted(pools[gpu_class.name].items()))
-        for gpu_class in present
-    )
-    return PoolChoice(
-        None,
-        Reason.INSUFFICIENT_GPUS,
-        f"need {request.units} x {request.gpus_per_unit} GPUs on single nodes; free GPUs: {found}",
-    )
+def same_device(candidates: Sequence[GpuClass], chosen: GpuClass) -> list[GpuClass]:
+    """The candidates a pod that requests ``chosen``'s GPUs can run on (its vendor and resource name)."""
+    return [c for c in candidates if (c.vendor, c.resource_name) == (chosen.vendor, chosen.resource_name)]
 
 
-def choose_inference_pool(
-    pools: Mapping[str, Mapping[str, int]],
-    catalog: GpuCatalog,
-    request: PoolRequest,
-    current: str | None = None,
-) -> PoolChoice:
-    """Fastest inference class with room for every replica; the current class while it still fits."""
+def preference_weights(classes: Sequence[GpuClass],
+                       value: Callable[[GpuClass], float]) -> tuple[tuple[GpuClass, int], ...]:
+    """Each class with a weight in 1..100 proportional to ``value`` (the best class gets 100)."""
+    best = max((value(c) for c in classes), default=0.0)
+    return tuple((c, max(1, min(MAX_WEIGHT, round(MAX_WEIGHT * value(c) / best)))) for c in classes)
+
+
+def _free(pools: Pools, classes: Sequence[GpuClass]) -> dict[str, int]:
+    return {node: gpus for c in classes for node, gpus in pools.get(c.name, {}).items()}
+
+
+def _units_fit(free: Mapping[str, int], gpus_per_unit: int) -> int:
+    return sum(gpus // gpus_per_unit for gpus in free.values())
+
+
+SHOWN_NODES = 8  # a condition message names the roomiest nodes, not a whole pool
+
+
+def _describe_free(free: Mapping[str, int]) -> str:
+    if not free:
+        return "no schedulable node of these classes yet (an autoscaler may add one)"
+    shown = sorted(sorted(free), key=lambda node: -free[node])[:SHOWN_NODES]
+    more = f" and {len(free) - len(shown)} more nodes" if len(free) > len(shown) else ""
+    return "free GPUs: " + ", ".join(f"{node}={free[node]}" for node in sorted(shown)) + more
+
+
+def _choice(chosen: GpuClass, candidates: Sequence[GpuClass], pools: Pools, request: PoolRequest,
+            value: Callable[[GpuClass], float], why: str, units_needed: int) -> PoolChoice:
+    """``chosen`` with the capacity of every class it shares a device with: PoolsChosen when
+    ``units_needed`` fit now, WaitingForCapacity (saying what is missing) otherwise."""
+    eligible = same_device(candidates, chosen)
+    free = _free(pools, eligible)
+    fit = _units_fit(free, request.gpus_per_unit)
+    names = ", ".join(c.name for c in eligible)
+    if fit >= units_needed:
+        reason, message = Reason.POOLS_CHOSEN, f"{chosen.name}: {why}"
+    else:
+        reason = Reason.WAITING_FOR_CAPACITY
+        message = (f"{chosen.name}: {why}; waiting for capacity: need {units_needed} x {request.gpus_per_unit} "
+                   f"GPUs on single nodes of {names}, room now for {fit} ({_describe_free(free)})")
+    return PoolChoice(chosen, reason, message,
+                      nodes=tuple(sorted(n for n, gpus in free.items() if gpus >= request.gpus_per_unit)),
+                      units_fit=fit, free_gpus=sum(free.values()),
+                      preferences=preference_weights(eligible, value))
+
+
+def _no_class(request: PoolRequest) -> PoolChoice:
+    allowed = ", ".join(request.allowed or ()) or "none"
+    return PoolChoice(None, Reason.NO_ALLOWED_GPU_CLASS, f"no GPU class of the catalog is allowed (allowed: {allowed})")
+
+
+def _inference_value(gpu_class: GpuClass) -> float:
+    return gpu_class.inference_throughput
+
+
+def _training_value(gpu_class: GpuClass) -> float:
+    return gpu_class.training_value
+
+
+def choose_inference_pool(pools: Pools, catalog: GpuCatalog, request: PoolRequest,
+                          current: str | None = None) -> PoolChoice:
+    """The current class while allowed (its pods stay put) unless only another device has room;
+    otherwise a class with room now, then one with nodes, then the fastest (catalog order on ties)."""
     candidates = _candidates(catalog, request.allowed)
-    present = [gpu_class for gpu_class in candidates if gpu_class.name in pools]
-    fitting = [
-        gpu_class
-        for gpu_class in present
-        if sum(gpus // request.gpus_per_unit for gpus in pools[gpu_class.name].values()) >= request.units
-    ]
-    if not fitting:
-        return _nothing_fits(present, candidates, pools, request)
-    kept = [gpu_class for gpu_class in fitting if gpu_class.name == current]
+    if not candidates:
+        return _no_class(request)
+
+    def fits(classes: Sequence[GpuClass]) -> bool:
+        return _units_fit(_free(pools, classes), request.gpus_per_unit) >= request.units
+
+    kept = next((c for c in candidates if c.name == current), None)
+    if kept is not None and (fits(same_device(candidates, kept))
+                             or not any(fits(same_device(candidates, c)) for c in candidates)):
+        return _choice(kept, candidates, pools, request, _inference_value, "current class", request.units)
     # max() keeps the first of equals, so ties go to catalog order.
-    chosen = kept[0] if kept else max(fitting, key=lambda gpu_class: gpu_class.inference_throughput)
-    why = "current class still fits" if kept else "fastest inference class with room"
-    return _capacity(
-        chosen,
-        pools[chosen.name],
-        request.gpus_per_unit,
-        Reason.POOLS_CHOSEN,
-        f"{chosen.name}: {why} for {request.units} x {request.gpus_per_unit} GPUs",
-    )
+    chosen = max(candidates, key=lambda c: (fits([c]), fits(same_device(candidates, c)), c.name in pools,
+                                            c.inference_throughput))
+    why = "fastest inference class with room" if fits([chosen]) else "fastest inference class"
+    return _choice(chosen, candidates, pools, request, _inference_value, why, request.units)
 
 
-def _after_inference(
-    pools: Mapping[str, Mapping[str, int]], inference: PoolChoice, request: PoolRequest
-) -> dict[str, dict[str, int]]:
-    """Free GPUs once the replicas are placed, spread like the default scheduler (most free first)."""
+def _after_inference(pools: Pools, inference: PoolChoice, request: PoolRequest) -> dict[str, dict[str, int]]:
+    """Free GPUs once the replicas are placed: each on the preferred class's node with most room."""
     left = {name: dict(free) for name, free in pools.items()}
-    if inference.gpu_class is None:
-        return left
-    free = left[inference.gpu_class.name]
+    slots = [(weight, c.name, node) for c, weight in inference.affinity for node in left.get(c.name, {})]
     for _ in range(request.units):
-        node = max(sorted(free), key=lambda name: free[name])
-        free[node] -= request.gpus_per_unit
+        open_slots = [s for s in slots if left[s[1]][s[2]] >= request.gpus_per_unit]
+        if not open_slots:
+            break
+        _, class_name, node = max(sorted(open_slots, key=lambda s: s[2]), key=lambda s: (s[0], left[s[1]][s[2]]))
+        left[class_name][node] -= request.gpus_per_unit
     return left
 
 
-def choose_training_pool(
-    pools: Mapping[str, Mapping[str, int]],
-    catalog: GpuCatalog,
-    request: PoolRequest,
-    inference_class: str | None,
-) -> PoolChoice:
-    """Best training value with room for one Job, another class than inference's when one fits."""
+def choose_training_pool(pools: Pools, catalog: GpuCatalog, request: PoolRequest,
+                         inference_class: str | None) -> PoolChoice:
+    """Best training value with room for one Job, another class than inference's when one has room;
+    without room, still a class: one the cluster has, then the best value (the Job waits Pending)."""
     candidates = _candidates(catalog, request.allowed)
-    present = [gpu_class for gpu_class in candidates if gpu_class.name in pools]
-    fitting = [gpu_class for gpu_class in present if max(pools[gpu_class.name].values()) >= request.gpus_per_unit]
-    if not fitting:
-        return _nothing_fits(present, candidates, pools, request)
-    ranked = sorted(fitting, key=lambda gpu_class: -gpu_class.training_value)
-    others = [gpu_class for gpu_class in ranked if gpu_class.name != inference_class]
-    chosen = (others or ranked)[0]
-    why = "best training value per inference value given up" if others else "shares the inference class (no other fits)"
-    return _capacity(chosen, pools[chosen.name], request.gpus_per_unit, Reason.POOLS_CHOSEN, f"{chosen.name}: {why}")
+    if not candidates:
+        return _no_class(request)
+
+    def fits(classes: Sequence[GpuClass]) -> bool:
+        return max(_free(pools, classes).values(), default=0) >= request.gpus_per_unit
+
+    # A class the cluster has ranks above an absent one, which only an autoscaler could add.
+    chosen = max(candidates, key=lambda c: (fits([c]), fits(same_device(candidates, c)), c.name in pools,
+                                            c.name != inference_class, c.training_value))
+    if not fits([chosen]):
+        why = "best training value"
+    elif chosen.name == inference_class:
+        why = "shares the inference class (no other has room)"
+    else:
+        why = "best training value per inference value given up"
+    return _choice(chosen, candidates, pools, request, _training_value, why, 1)
 
 
 def choose_pools(

@@ -9,7 +9,8 @@ from tide_contracts.encryption import S3Encryption
 from tide_operator.api.spec import TideDeploymentSpec
 from tide_operator.api.spec_control import CaptureSpec, ServerSideEncryption
 from tide_operator.api.spec_workload import PodScheduling, S3Storage
-from tide_operator.catalog import GpuClass
+from tide_operator.catalog import GpuClass, LabelRequirement
+from tide_operator.control.placement import PoolChoice
 
 SHM_VOLUME = "dshm"
 SHM_MOUNT_PATH = "/dev/shm"  # noqa: S108 - a mount path for shared memory, not a temporary file
@@ -22,13 +23,33 @@ RESTRICTED_POD_SECURITY: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile
 POD_CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 
 
-def node_affinity(gpu_class: GpuClass) -> dict[str, Any]:
-    """Required affinity to the class's nodes: one nodeSelectorTerm per label requirement (ORed)."""
-    terms = [
-        {"matchExpressions": [{"key": requirement.key, "operator": "In", "values": list(requirement.values)}]}
-        for requirement in gpu_class.node_labels
-    ]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+def _term(expressions: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"matchExpressions": expressions}
+
+
+def _match(requirement: LabelRequirement, operator: str) -> dict[str, Any]:
+    return {"key": requirement.key, "operator": operator, "values": list(requirement.values)}
+
+
+def _exclusive_terms(gpu_class: GpuClass) -> list[dict[str, Any]]:
+    """The class's nodes as one term per label requirement, each also refusing the earlier ones
+    (NotIn matches an absent label), so a node carrying two of them counts once."""
+    reqs = gpu_class.node_labels
+    return [_term([_match(req, "In"), *(_match(earlier, "NotIn") for earlier in reqs[:i])])
+            for i, req in enumerate(reqs)]
+
+
+def node_affinity(choice: PoolChoice) -> dict[str, Any]:
+    """Required: a node of any eligible class (one nodeSelectorTerm per label requirement, ORed);
+    preferred: each class by its weight, so the scheduler decides and an autoscaler sees the pods."""
+    affinity = choice.affinity
+    required = [_term([_match(req, "In")]) for gpu_class, _ in affinity for req in gpu_class.node_labels]
+    preferred = [{"weight": weight, "preference": term}
+                 for gpu_class, weight in affinity for term in _exclusive_terms(gpu_class)]
+    node: dict[str, Any] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": required}}
+    if len(affinity) > 1:  # one class alone: nothing to prefer
+        node["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+    return {"nodeAffinity": node}
 
 
 def gpu_resources(scheduling: PodScheduling, gpu_class: GpuClass, gpus: int) -> dict[str, Any]:
@@ -116,13 +137,13 @@ def restricted(template: dict[str, Any], read_only_root_filesystem: bool) -> dic
     return template
 
 
-def scheduling_fields(scheduling: PodScheduling, gpu_class: GpuClass) -> dict[str, Any]:
+def scheduling_fields(scheduling: PodScheduling, choice: PoolChoice) -> dict[str, Any]:
     """Affinity, tolerations, priority class and service account of a pod spec.
 
     The service account token is not mounted: neither vLLM nor the trainer calls the Kubernetes API
     (podTemplateOverride may set ``automountServiceAccountToken: true`` for pods that must).
     """
-    fields: dict[str, Any] = {"affinity": node_affinity(gpu_class), "automountServiceAccountToken": False}
+    fields: dict[str, Any] = {"affinity": node_affinity(choice), "automountServiceAccountToken": False}
     if scheduling.tolerations:
         fields["tolerations"] = [toleration.to_wire() for toleration in scheduling.tolerations]
     if scheduling.priority_class_name:

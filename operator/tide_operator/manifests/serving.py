@@ -205,7 +205,7 @@ def _pod_template(
             "containers": [_container(td_name, spec, placement, config, rendered)],
             "volumes": [pod.shm_volume(config.serving.shm_size), _control_token_volume(td_name)]
             + ([pod.scratch_volume()] if config.serving.read_only_root_filesystem else []),
-            **pod.scheduling_fields(spec.inference, gpu_class),
+            **pod.scheduling_fields(spec.inference, placement.inference),
         },
     }
     merged = merge_override(template, spec.inference.pod_template_override or {})

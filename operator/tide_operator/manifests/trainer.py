@@ -129,7 +129,7 @@ def build_trainer_job(
             "containers": [_container(spec, args, gpu_class, operator_config,
                                       work_dir(td_name, namespace, run_id, operator_config))],
             "volumes": _volumes(operator_config),
-            **pod.scheduling_fields(spec.training, gpu_class),
+            **pod.scheduling_fields(spec.training, placement.training),
         },
     }
     return {

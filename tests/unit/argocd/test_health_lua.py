@@ -57,3 +57,37 @@ def test_example_application_ignores_replicas_and_skips_dry_run() -> None:
     crs = next(d for d in docs if d["metadata"]["name"] == "llm-chat")
     assert "SkipDryRunOnMissingResource=true" in crs["spec"]["syncPolicy"]["syncOptions"]
     assert crs["spec"]["ignoreDifferences"][0]["jsonPointers"] == ["/spec/inference/replicas"]
+
+
+def test_the_status_of_a_pool_without_capacity_is_progressing_never_degraded() -> None:
+    """The status a real pass writes with zero GPU nodes (an autoscaled pool at zero), through the check."""
+    from tide_operator.cluster import Applied
+    from tide_operator.config import OperatorConfig, StorageConfig
+    from tide_operator.control.placement import NodeInventory
+    from tide_operator.reconcile import reconcile
+
+    class NoGpuCluster:
+        def node_inventory(self, exclude_label: Any = None) -> list[NodeInventory]:
+            return [NodeInventory("cpu-0", {}, {})]
+
+        def read(self, kind: str, namespace: str, name: str) -> None:
+            return None
+
+        def apply(self, desired: dict[str, Any], live: Any = None) -> Applied:
+            return Applied(desired["kind"], desired["metadata"]["name"], "created")
+
+        def deployment(self, namespace: str, name: str) -> dict[str, Any]:
+            return {"status": {"readyReplicas": 0}}
+
+        def disruption_budget_api_version(self) -> str:
+            return "policy/v1"
+
+    body = {"metadata": {"name": "chat", "namespace": "llm", "uid": "u", "generation": 1},
+            "spec": {"target": {"model": "m", "revision": "r"}, "draft": {"initial": "s3://tide/drafts/base"},
+                     "inference": {"replicas": 2, "gpusPerReplica": 8}, "storage": {"s3": {"bucket": "tide"}}}}
+    config = OperatorConfig(storage=StorageConfig(buckets=("tide",)))
+    status = reconcile(body, NoGpuCluster(), config, adopt=lambda c: c).status  # type: ignore[arg-type]
+    verdict = health({**body, "status": status})
+    assert verdict["status"] == "Progressing"
+    assert verdict["message"].startswith("WaitingForCapacity: inference on H200")
+    assert "need 2 x 8 GPUs" in verdict["message"]

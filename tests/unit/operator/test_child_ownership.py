@@ -62,7 +62,7 @@ def test_the_names_checked_are_the_children_and_the_next_trainer_job() -> None:
     fresh = TideDeploymentStatus()
     assert child_names("chat", fresh) == [("Secret", "chat-control"), ("ConfigMap", "chat-serving"),
                                           ("Service", "chat-vllm"), ("Deployment", "chat-vllm"),
-                                          ("Job", "chat-train-r1")]
+                                          ("PodDisruptionBudget", "chat-vllm"), ("Job", "chat-train-r1")]
     after_two_runs = fresh.model_copy(update={"control_state": PolicyState(
         lifecycle=LifecycleState(run_counter=2)).to_dict()})
     assert child_names("chat", after_two_runs)[-1] == ("Job", "chat-train-r3")

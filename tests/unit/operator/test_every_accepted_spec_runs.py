@@ -92,6 +92,9 @@ class FakeCluster:
     def deployment(self, namespace: str, name: str) -> dict[str, Any]:
         return {"status": {"readyReplicas": self.replicas}}
 
+    def disruption_budget_api_version(self) -> str:
+        return "policy/v1"
+
 
 class _AnyKey(dict[str, str]):
     def __init__(self, value: str) -> None:

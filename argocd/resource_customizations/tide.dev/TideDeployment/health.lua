@@ -2,7 +2,9 @@
 -- Healthy: Ready=True at the current generation, also while it collects, trains or canaries: that
 --   is normal operation and can last hours, so it must not hold sync waves.
 -- Degraded: the spec is invalid, credentials or GPU classes are missing, or Degraded=True.
--- Progressing: no status yet, a spec change not yet observed, or replicas still starting.
+-- Progressing: no status yet, a spec change not yet observed, replicas still starting, or pods
+--   waiting for GPU capacity (Scheduled=False, WaitingForCapacity: the scheduler or an autoscaler
+--   brings it, so it is time, not a person, that fixes it).
 local hs = {}
 
 local function find(conditions, type_)
@@ -14,7 +16,7 @@ local function find(conditions, type_)
 end
 
 -- Ready=False reasons that need a person, not time (tide_operator.api.conditions.Reason).
-local terminal = {InvalidSpec = true, MissingCredentials = true, NoMatchingGPUNodes = true}
+local terminal = {InvalidSpec = true, MissingCredentials = true, NoAllowedGPUClass = true}
 
 local status = obj.status
 if status == nil or status.conditions == nil then
@@ -56,5 +58,10 @@ if ready ~= nil and ready.status == "True" then
   return hs
 end
 hs.status = "Progressing"
+local scheduled = find(status.conditions, "Scheduled")
+if scheduled ~= nil and scheduled.status == "False" and scheduled.reason == "WaitingForCapacity" then
+  hs.message = scheduled.reason .. ": " .. (scheduled.message or "")
+  return hs
+end
 hs.message = (ready and (ready.reason .. ": " .. (ready.message or ""))) or "Waiting for the Ready condition"
 return hs
