@@ -11,13 +11,24 @@ successful measurements in a row succeed it at once (Argo Rollouts 1.8's field o
 clearly better draft need not wait out the window. At the end of the window the analysis succeeds
 only if successes outnumber inconclusive measurements; otherwise it is Inconclusive, which like a
 failure keeps the old draft.
+
+A first draft (the pods ran only the bootstrap head at K=0) has no served draft to beat:
+measure_first_draft judges its live acceptance by the cost model's speedup at the observed load,
+with the same throughput guard against the pods that do not speculate.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+
+from tide_operator.control.cost_model import (
+    DEFAULT_PROFILE,
+    CostProfile,
+    acceptance_rate_from_length,
+    best_speculative_tokens,
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,25 @@ class PodGroupMetrics:
 
     acceptance_length: float | None  # 1.0 = no speculation
     generation_throughput: float | None  # tokens/s per pod
+
+
+@dataclass(frozen=True)
+class FirstDraftParams:
+    """How a first draft is judged: no served draft's acceptance to beat (pods ran the bootstrap head at K=0).
+
+    ``min_speedup`` is speculation's on-threshold (1 + spec.control.decision.speedupMarginPercent/100):
+    a first draft is promoted only if speculation would switch on with it.
+    """
+
+    speculative_tokens: int = 3  # K the canary pods draft with
+    min_speedup: float = 1.05
+    profile: CostProfile = field(default_factory=lambda: DEFAULT_PROFILE)
+
+    def __post_init__(self) -> None:
+        if self.speculative_tokens < 1:
+            raise ValueError("numSpeculativeTokens must be >= 1")
+        if self.min_speedup < 1.0:
+            raise ValueError("the first draft's speedup threshold must be >= 1")
 
 
 class MeasurementResult(StrEnum):
@@ -104,6 +134,31 @@ def measure(canary: PodGroupMetrics, control: PodGroupMetrics, params: CanaryPar
     if canary.acceptance_length >= control.acceptance_length * gain:
         return MeasurementResult.SUCCESSFUL
     return MeasurementResult.INCONCLUSIVE
+
+
+def first_draft_speedup(canary: PodGroupMetrics, batch_size: float | None, first: FirstDraftParams) -> float | None:
+    """Modelled speedup (best g up to K) of the canary's live acceptance at the observed batch; None: no data."""
+    length = canary.acceptance_length
+    if length is None or batch_size is None or math.isnan(length) or math.isnan(batch_size):
+        return None
+    a = acceptance_rate_from_length(length, first.speculative_tokens)
+    return best_speculative_tokens(a, max(batch_size, 1.0), first.speculative_tokens, first.profile)[1]
+
+
+def measure_first_draft(canary: PodGroupMetrics, control: PodGroupMetrics, batch_size: float | None,
+                        params: CanaryParams, first: FirstDraftParams) -> MeasurementResult:
+    """A first draft against pods that do not speculate: it must pay for speculation on its own.
+
+    Successful: modelled speedup above ``first.min_speedup`` and throughput within maxThroughputLossPercent
+    of the control pods'. Failed: the throughput loss is larger, or speculation with it would not be
+    faster at all (speedup 1: best g is 0). Between the two, or without data: Inconclusive.
+    """
+    speedup = first_draft_speedup(canary, batch_size, first)
+    if speedup is None:
+        return MeasurementResult.INCONCLUSIVE
+    if speedup <= 1.0 or not _throughput_ok(canary, control, params):
+        return MeasurementResult.FAILED
+    return MeasurementResult.SUCCESSFUL if speedup > first.min_speedup else MeasurementResult.INCONCLUSIVE
 
 
 def record(analysis: CanaryAnalysis, result: MeasurementResult, canary: PodGroupMetrics, now: float) -> CanaryAnalysis:

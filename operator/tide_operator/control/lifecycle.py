@@ -16,9 +16,11 @@ from tide_operator.control import actions as act
 from tide_operator.control.canary import (
     AnalysisPhase,
     CanaryAnalysis,
+    MeasurementResult,
     PodGroupMetrics,
     analysis_phase,
     measure,
+    measure_first_draft,
     record,
 )
 from tide_operator.control.lifecycle_types import (
@@ -239,9 +241,11 @@ def _canary(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePara
             # Control pods not speculating: compare with the served draft's remembered length.
             control = PodGroupMetrics(inputs.served_acceptance_length, control.generation_throughput)
         canary = inputs.canary or PodGroupMetrics(None, None)
-        analysis = record(analysis, measure(canary, control, params.canary), canary, now)
+        analysis = record(analysis, _measurement(canary, control, inputs, params), canary, now)
     state = replace(state, canary=analysis)
     counts = f"successful={analysis.successful} failed={analysis.failed} inconclusive={analysis.inconclusive}"
+    if inputs.first_draft:
+        counts = f"first draft, judged by modelled speedup and throughput: {counts}"
     verdict = analysis_phase(analysis, params.canary, now)
     if verdict is AnalysisPhase.RUNNING:
         return _stay(state, "CanaryRunning", counts, capture=True)
@@ -260,6 +264,14 @@ def _canary(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePara
     )
     step = _to(promoted, Phase.PROMOTED, now, "CanarySuccessful", counts, capture=True)
     return _with(step, act.Promote(candidate, step.reason, counts))
+
+
+def _measurement(canary: PodGroupMetrics, control: PodGroupMetrics, inputs: LifecycleInput,
+                 params: LifecycleParams) -> MeasurementResult:
+    """Against the served draft; a first draft (nothing served but the bootstrap head at K=0) on its own."""
+    if inputs.first_draft:
+        return measure_first_draft(canary, control, inputs.batch_size, params.canary, params.first_draft)
+    return measure(canary, control, params.canary)
 
 
 def _promoted(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:

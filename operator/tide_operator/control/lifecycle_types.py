@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from tide_operator.control import actions as act
-from tide_operator.control.canary import CanaryAnalysis, CanaryParams, PodGroupMetrics
+from tide_operator.control.canary import CanaryAnalysis, CanaryParams, FirstDraftParams, PodGroupMetrics
 
 
 class Phase(StrEnum):
@@ -81,6 +81,10 @@ class LifecycleInput:
     draft_pin: str | None = None
     abort_canary: bool = False
     shift_started: bool = False  # the shift signal rose in this pass
+    # No draft was ever served (the pods run the bootstrap head at K=0): a canary is judged on its own
+    # modelled speedup at batch_size, not against a served draft's acceptance.
+    first_draft: bool = False
+    batch_size: float | None = None  # running requests per engine, for the first draft's speedup
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,7 @@ class LifecycleParams:
     capture: CaptureParams = field(default_factory=CaptureParams)
     training: TrainingParams = field(default_factory=TrainingParams)
     canary: CanaryParams = field(default_factory=CanaryParams)
+    first_draft: FirstDraftParams = field(default_factory=FirstDraftParams)
 
 
 @dataclass(frozen=True)

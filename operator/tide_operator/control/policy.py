@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tide_operator.control import actions as act
-from tide_operator.control.canary import CanaryParams, PodGroupMetrics
+from tide_operator.control.canary import CanaryParams, FirstDraftParams, PodGroupMetrics
 from tide_operator.control.cost_model import (
     DEFAULT_PROFILE,
     CostProfile,
@@ -239,6 +239,8 @@ def _lifecycle_input(
         control=observation.control,
         draft_pin=params.draft_pin,
         abort_canary=params.abort_canary,
+        first_draft=observation.promoted_version is None,  # nothing but the bootstrap head at K=0 served
+        batch_size=observation.batch_size,
     )
 
 
@@ -294,4 +296,7 @@ def _canary_tokens(observation: Observation, state: PolicyState, params: PolicyP
 
 
 def _lc(params: PolicyParams) -> LifecycleParams:
-    return LifecycleParams(capture=params.capture, training=params.training, canary=params.canary)
+    # A first draft is promoted only if speculation would switch on with it (its on-threshold, its model).
+    first = FirstDraftParams(params.num_speculative_tokens, params.decision.on_threshold, params.profile)
+    return LifecycleParams(capture=params.capture, training=params.training, canary=params.canary,
+                           first_draft=first)
