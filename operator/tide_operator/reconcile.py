@@ -17,6 +17,7 @@ from typing import Any
 from tide_operator.api import SpecError, TideDeploymentSpec, TideDeploymentStatus, parse_spec
 from tide_operator.api.conditions import Reason
 from tide_operator.api.status import Phase
+from tide_operator.bootstrap_draft import bootstrap_pending, ensure_bootstrap
 from tide_operator.cluster import Applied, Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control.actions import Bands
@@ -37,6 +38,7 @@ from tide_operator.manifests.serving import (
     build_serving_configmap,
     build_serving_deployment,
     launch_bands_of,
+    launch_bands_with,
 )
 from tide_operator.prometheus_adapter import PrometheusAdapters
 from tide_operator.prometheus_credentials import prometheus_refusal
@@ -95,7 +97,7 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
     serving(draft, ServingObservation(replicas=spec.inference.replicas,
                                       ready_replicas=int(observed.get("readyReplicas") or 0),
                                       selector=labels.serving_selector(name)))
-    if adapters is not None and draft.status.phase is Phase.SERVING:
+    if adapters is not None and draft.status.phase is Phase.SERVING and not bootstrap_pending(draft.status):
         run_control(name, namespace, spec, placement, draft, cluster, config, adopt, adapters,
                     profile_points=profile_points)
     return _result(draft, applied)
@@ -153,9 +155,12 @@ def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Pl
         return None
     children_owned(draft)
     try:
+    # Without spec.draft.initial: the bootstrap head, once its init Job wrote it (bootstrap_draft.py).
+    bootstrap = ensure_bootstrap(name, namespace, spec, placement, config, cluster, adopt, draft,
+                                 live[("Deployment", names.serving_name(name))])
         token = control_token_secret(name, namespace, live[("Secret", names.control_token_secret_name(name))],
                                      rotation_request(meta), draft.now, config.serving.token_rotation_grace_seconds)
-        applied = _apply_children(name, namespace, spec, placement, config, cluster, adopt, live, token)
+        applied = _apply_children(name, namespace, spec, placement, config, cluster, adopt, live, token, bootstrap)
         return applied + _apply_disruption_budget(meta, spec, cluster, adopt, live)
     except ChildConflict as e:  # lost a race to someone else's object between the read and the write
         child_conflict(draft, str(e))
@@ -164,13 +169,15 @@ def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Pl
 
 def _apply_children(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement,
                     config: OperatorConfig, cluster: Cluster, adopt: Any,
-                    live: dict[tuple[str, str], dict[str, Any] | None], token: dict[str, Any]) -> tuple[Applied, ...]:
+                    live: dict[tuple[str, str], dict[str, Any] | None], token: dict[str, Any],
+                    bootstrap: str | None = None) -> tuple[Applied, ...]:
     # The control token is kept, or rotated once per new tide.dev/rotate-token value (pods re-read it).
     cluster.apply(adopt(token), live[("Secret", token["metadata"]["name"])])
     # Pods that cannot switch speculation at runtime were rolled with the policy's table: keep it.
-    bands = launch_bands_of(live[("Deployment", names.serving_name(name))])
+    bands = launch_bands_with(launch_bands_of(live[("Deployment", names.serving_name(name))]), bootstrap)
     return tuple(cluster.apply(child, live[(child["kind"], child["metadata"]["name"])])
-                 for child in map(adopt, _children(name, namespace, spec, placement, config, bands)))
+                 for child in map(adopt, _children(name, namespace, spec, placement, config, bands,
+                                                                         bootstrap)))
 
 
 def _apply_disruption_budget(meta: dict[str, Any], spec: TideDeploymentSpec, cluster: Cluster, adopt: Any,
@@ -214,10 +221,12 @@ def _place(spec: TideDeploymentSpec, cluster: Cluster, config: OperatorConfig, n
 
 
 def _children(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement,
-              config: OperatorConfig, launch_bands: Bands | None = None) -> list[dict[str, Any]]:
-    return [build_serving_configmap(name, namespace, spec, launch_bands=launch_bands),
+              config: OperatorConfig, launch_bands: Bands | None = None,
+              bootstrap: str | None = None) -> list[dict[str, Any]]:
+    return [build_serving_configmap(name, namespace, spec, bootstrap, launch_bands=launch_bands),
             build_service(name, namespace, spec),
-            build_serving_deployment(name, namespace, spec, placement, config, launch_bands=launch_bands)]
+            build_serving_deployment(name, namespace, spec, placement, config, bootstrap_draft=bootstrap,
+                                     launch_bands=launch_bands)]
 
 
 def _result(draft: StatusDraft, applied: tuple[Applied, ...] = ()) -> PassResult:

@@ -20,6 +20,8 @@ class ConditionType(StrEnum):
     TRAINING = "Training"
     PROMOTING = "Promoting"
     DEGRADED = "Degraded"
+    # Only without spec.draft.initial: the bootstrap head (tide_trainer init) the pods launch with at K=0
+    BOOTSTRAP_DRAFT_READY = "BootstrapDraftReady"
 
 
 class Reason:
@@ -58,6 +60,11 @@ class Reason:
     ROLLED_BACK = "RolledBack"
     PAUSED = "Paused"
     DRAFT_PINNED = "DraftPinned"
+    # BootstrapDraftReady (and Degraded when the init Job failed)
+    BOOTSTRAP_JOB_RUNNING = "BootstrapJobRunning"  # serving without speculation until the head is written
+    BOOTSTRAP_DRAFT_LAUNCHED = "BootstrapDraftLaunched"  # the pods launch with the head at K=0: capture works
+    BOOTSTRAP_JOB_FAILED = "BootstrapJobFailed"  # every attempt failed; deleting the Job retries
+    BOOTSTRAP_NOT_NEEDED = "BootstrapNotNeeded"  # spec.draft.initial is set
     # Degraded
     PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
     STORAGE_UNREACHABLE = "StorageUnreachable"

@@ -51,3 +51,15 @@ def trainer_job_name(td_name: str, run_id: str) -> str:
     digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_LENGTH]
     head = td_name[: MAX_NAME - len("-train-") - _HASH_LENGTH].rstrip("-")  # td names are RFC 1035 labels
     return f"{head}-train-{digest}"
+
+
+def bootstrap_key(target_revision: str) -> str:
+    """The registry key of a target revision's bootstrap head (``bootstrap/<key>/``): any revision string
+    becomes 12 hex characters, so a spec field never shapes an S3 key."""
+    return hashlib.sha256(target_revision.encode()).hexdigest()[:12]
+
+
+def bootstrap_job_name(td_name: str, target_revision: str) -> str:
+    """``<td>-bootstrap-<8 hex of the revision>``: one init Job per target revision, found again after a restart."""
+    suffix = f"-bootstrap-{bootstrap_key(target_revision)[:_HASH_LENGTH]}"
+    return td_name[: MAX_NAME - len(suffix)].rstrip("-") + suffix  # td names are RFC 1035 labels

@@ -36,6 +36,27 @@ LAUNCH_BANDS_ANNOTATION = "tide.dev/launch-speculative-tokens"
 # Speculation off by restart: K=0 at every batch size keeps the draft loaded and the auxiliary hidden
 # states computed, so capture and hot swaps keep working (removing --speculative-config would not).
 OFF_BANDS: Bands = ((1, 1 << 20, 0),)
+# On the Deployment whose pods launch with the bootstrap head (`tide_trainer init`, no spec.draft.initial):
+# its location. Present once the head was launched, so a later pass knows it is ready without S3.
+BOOTSTRAP_DRAFT_ANNOTATION = "tide.dev/bootstrap-draft"
+
+
+def full_bands(speculative_tokens: int) -> Bands:
+    """K at every batch size. Pods launched with OFF_BANDS go back to K=0 when told "on, launch table",
+    so speculation is switched on for them with explicit bands."""
+    return ((1, 1 << 20, speculative_tokens),)
+
+
+def bootstrap_draft_of(deployment: dict[str, Any] | None) -> str | None:
+    """The bootstrap head a live Deployment was rolled with (None: none, or not yet)."""
+    return ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(BOOTSTRAP_DRAFT_ANNOTATION) or None
+
+
+def launch_bands_with(live_bands: Bands | None, bootstrap_draft: str | None) -> Bands | None:
+    """The bands the pods launch with: as last rolled; a bootstrap head starts at K=0 everywhere."""
+    if live_bands is not None:
+        return live_bands
+    return OFF_BANDS if bootstrap_draft else None
 
 
 def launch_bands_of(deployment: dict[str, Any] | None) -> Bands | None:
@@ -232,6 +253,8 @@ def build_serving_deployment(
     # Always present ("" = the spec's table): a key left out would survive a strategic merge patch.
     annotations = {SPEC_HASH_ANNOTATION: stable_hash(template), LAUNCH_BANDS_ANNOTATION: "" if launch_bands is None
                    else json.dumps([list(band) for band in launch_bands])}
+    if bootstrap_draft and not spec.draft.initial:
+        annotations[BOOTSTRAP_DRAFT_ANNOTATION] = bootstrap_draft
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

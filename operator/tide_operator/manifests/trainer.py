@@ -147,3 +147,39 @@ def build_trainer_job(
                                        operator_config.trainer.read_only_root_filesystem),
         },
     }
+
+
+# ---- the bootstrap head (`tide_trainer init`) of a deployment without spec.draft.initial ----------
+BOOTSTRAP_RUN = "bootstrap"  # the training-run label and work-dir {run_id} of the init Job
+BOOTSTRAP_RETRIES = 2  # the Job's backoffLimit: three attempts, then BootstrapFailed until the Job is deleted
+BOOTSTRAP_DEADLINE_S = 3600  # reads the target's weights once (embedding, final norm, LM head)
+
+
+def bootstrap_location(td_name: str, namespace: str, spec: TideDeploymentSpec) -> str:
+    """``<registry>/bootstrap/<key of the target revision>``: never under drafts/, never a vN."""
+    return pod.s3_uri(td_name, namespace, spec.storage.s3, "bootstrap", names.bootstrap_key(spec.target.revision))
+
+
+def init_command(config: OperatorConfig) -> list[str]:
+    """The trainer's command with ``init`` for its ``train`` subcommand (one process: no torchrun)."""
+    command = list(config.trainer.command)
+    if not command or command[-1] != "train":
+        raise ValueError(f"operator config trainer.command {command} must end with the subcommand 'train' "
+                         "(the bootstrap Job runs the same command with 'init')")
+    return [*command[:-1], "init"]
+
+
+def build_bootstrap_job(td_name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement,
+                        operator_config: OperatorConfig) -> dict[str, Any]:
+    """The init Job: a trainer Job (same pool, image, env, pod security) running ``tide_trainer init``."""
+    job = build_trainer_job(td_name, namespace, spec, placement, run_id=BOOTSTRAP_RUN,
+                            operator_config=operator_config, deadline_s=BOOTSTRAP_DEADLINE_S)
+    job["metadata"]["name"] = names.bootstrap_job_name(td_name, spec.target.revision)
+    job["spec"]["backoffLimit"] = BOOTSTRAP_RETRIES
+    container = next(c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == CONTAINER_NAME)
+    container["command"] = init_command(operator_config)
+    container["args"] = ["--target-model", spec.target.model, "--target-revision", spec.target.revision,
+                         "--output", bootstrap_location(td_name, namespace, spec),
+                         "--speculative-tokens", str(spec.draft.num_speculative_tokens),
+                         "--work-dir", work_dir(td_name, namespace, BOOTSTRAP_RUN, operator_config)]
+    return job

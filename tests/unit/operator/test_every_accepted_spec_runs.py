@@ -89,6 +89,10 @@ class FakeCluster:
         self.applied.append(desired)
         return Applied(desired["kind"], desired["metadata"]["name"], "created")
 
+    def create_owned(self, desired: dict[str, Any], live: dict[str, Any] | None = None) -> Applied:
+        self.applied.append(desired)  # the bootstrap init Job of a spec without draft.initial
+        return Applied(desired["kind"], desired["metadata"]["name"], "created")
+
     def deployment(self, namespace: str, name: str) -> dict[str, Any]:
         return {"status": {"readyReplicas": self.replicas}}
 
