@@ -154,10 +154,10 @@ def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Pl
         child_conflict(draft, describe(found))
         return None
     children_owned(draft)
-    try:
     # Without spec.draft.initial: the bootstrap head, once its init Job wrote it (bootstrap_draft.py).
     bootstrap = ensure_bootstrap(name, namespace, spec, placement, config, cluster, adopt, draft,
                                  live[("Deployment", names.serving_name(name))])
+    try:
         token = control_token_secret(name, namespace, live[("Secret", names.control_token_secret_name(name))],
                                      rotation_request(meta), draft.now, config.serving.token_rotation_grace_seconds)
         applied = _apply_children(name, namespace, spec, placement, config, cluster, adopt, live, token, bootstrap)
