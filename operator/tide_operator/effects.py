@@ -8,7 +8,10 @@ pointer write) before any pod loads the new version.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from kubernetes.client.rest import ApiException
 
 from tide_contracts.registry import ChecksumMismatch, DraftRegistry, IncompatibleDraft, PromotedPointer, RegistryError
+from tide_contracts.serving_control import ServingStatus
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.conditions import Reason
 from tide_operator.capture_retention import claim_shards
@@ -25,7 +29,7 @@ from tide_operator.config import OperatorConfig
 from tide_operator.control import actions as act
 from tide_operator.control.placement import Placement
 from tide_operator.control_loop import DraftRefused, EffectError
-from tide_operator.fleet import Fleet, RestartRequired
+from tide_operator.fleet import Fleet, RestartRequired, ServingPod
 from tide_operator.manifests import names
 from tide_operator.manifests.ownership import ChildConflict, owner_uids
 from tide_operator.manifests.pod import s3_uri
@@ -33,12 +37,15 @@ from tide_operator.manifests.serving import (
     OFF_BANDS,
     build_serving_configmap,
     build_serving_deployment,
+    full_bands,
     launch_bands_of,
 )
-from tide_operator.manifests.trainer import build_trainer_job
+from tide_operator.manifests.trainer import bootstrap_location, build_trainer_job
 from tide_operator.pod_convergence import DesiredPods, corrections
 
 STORAGE_ERRORS = (RegistryError, ClientError, BotoCoreError, OSError)
+# What pods report for the launch draft ("initial") or a promoted one (a registry version vN).
+_LAUNCH_OR_PROMOTED = re.compile(r"^(initial|v[1-9][0-9]*)$")
 
 
 @dataclass
@@ -57,20 +64,21 @@ class ClusterEffects:
         """Live through the plugin; pods that can switch only by a restart are rolled (returns why)."""
         # The policy's table (adaptiveSpeculativeTokens) replaces the engine's per-batch-size table live.
         try:
-            self.fleet.set_speculation(action.enabled, action.tokens_per_batch_size)
+            self.fleet.set_speculation(action.enabled, self._on_bands(action.tokens_per_batch_size))
         except RestartRequired as refused:
             return self._roll_speculation(action, refused)
         return None
 
     def _roll_speculation(self, action: act.SetSpeculation, refused: RestartRequired) -> str | None:
-        bands = action.tokens_per_batch_size if action.enabled else OFF_BANDS
+        bands = self._on_bands(action.tokens_per_batch_size) if action.enabled else OFF_BANDS
         live = self.cluster.deployment(self.namespace, names.serving_name(self.name))
         if launch_bands_of(live) == bands:
             return None  # already rolled this way: the refusals come from pods still being replaced
         try:
-            for child in (build_serving_configmap(self.name, self.namespace, self.spec, launch_bands=bands),
+            for child in (build_serving_configmap(self.name, self.namespace, self.spec, self._bootstrap(),
+                                                  launch_bands=bands),
                           build_serving_deployment(self.name, self.namespace, self.spec, self.placement, self.config,
-                                                   launch_bands=bands)):
+                                                   bootstrap_draft=self._bootstrap(), launch_bands=bands)):
                 self.cluster.apply(self.adopt(child))
         except ChildConflict as e:
             raise EffectError(f"rolling the serving pods for speculation: {e}", Reason.CHILD_CONFLICT) from e
@@ -87,13 +95,17 @@ class ClusterEffects:
 
     def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None) -> list[str]:
         """Repeat the switches a pod missed (it started after them); returns what was corrected."""
-        desired = replace(self._desired(speculation, capture), bands=bands if speculation else None)
-        fixes = corrections(self.fleet.statuses(ready_only=True), desired)
+        desired = replace(self._desired(speculation, capture), bands=self._on_bands(bands) if speculation else None)
+        statuses = self.fleet.statuses(ready_only=True)
+        first = self._first_draft_canaries(statuses) if not speculation else set()
+        canary = replace(desired, speculation=True, bands=full_bands(self.spec.draft.num_speculative_tokens))
+        fixes = corrections({p: s for p, s in statuses.items() if p not in first}, desired)
+        fixes += corrections({p: s for p, s in statuses.items() if p in first}, canary)
         by_name = {p.name: p for p in self.fleet.pods}
         for fix in fixes:
             pod = [by_name[fix.pod]]
             if fix.speculation is not None:
-                self.fleet.set_speculation(fix.speculation, desired.bands, pod)
+                self.fleet.set_speculation(fix.speculation, (canary if fix.pod in first else desired).bands, pod)
             if fix.capture is not None:
                 self.fleet.set_capture(fix.capture, desired.sampling_rate, desired.destination, pod)
         return [fix.describe() for fix in fixes]
@@ -105,7 +117,10 @@ class ClusterEffects:
 
     def launch_training(self, action: act.LaunchTraining) -> None:
         pointer = self._promoted_pointer()
-        parent = s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", pointer) if pointer else None
+        # Until a draft is promoted, a run without spec.draft.initial starts from the bootstrap head the pods
+        # launched with: the candidate then has its architecture and hot-swaps into them.
+        parent = s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", pointer) if pointer else (
+            self._bootstrap())
         try:
             # The claim first: the trainer reads exactly the shards it names, and pruning skips them.
             deadline = claim_shards(self.registry, self.spec, self.config, action.run_id, time.time())
@@ -140,6 +155,8 @@ class ClusterEffects:
     def start_canary(self, action: act.StartCanary) -> None:
         source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "candidates", action.candidate)
         self.fleet.load_draft(source, None, self.canary_pods(action.replicas))
+        if self._bootstrap() is not None and self._current_pointer() is None:
+            self._first_draft_speculates(self.canary_pods(action.replicas))
 
     def promote(self, action: act.Promote) -> None:
         try:
@@ -171,7 +188,7 @@ class ClusterEffects:
             raise EffectError(f"record rollback of {action.candidate}: {e}") from e
 
     def serve_draft(self, action: act.ServeDraft) -> None:
-        if action.version is None:
+        if action.version is None and self._bootstrap() is None:
             self.fleet.set_speculation(False)
             return
         self._serve(action.version, None)
@@ -187,14 +204,46 @@ class ClusterEffects:
 
     def _serve(self, version: str | None, pods: list[Any] | None, manifest_sha256: str | None = None) -> None:
         if version is None:
-            source = self.spec.draft.initial
+            source = self._launch_source()
             if source is None:
                 self.fleet.set_speculation(False)
                 return
             self.fleet.load_draft(source, None, pods)
+            if self._bootstrap() is not None:  # back to the bootstrap head: back to K=0
+                self.fleet.set_speculation(False, None, pods)
             return
         self.fleet.load_draft(s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", version), version, pods,
                               manifest_sha256=manifest_sha256)
+
+    # ---- start without a draft (bootstrap head, control/bootstrap.py) ---------------------------
+    def _bootstrap(self) -> str | None:
+        """The bootstrap head the pods launch with when the spec names no initial draft (control passes
+        run only once it is launched: reconcile waits for it)."""
+        return None if self.spec.draft.initial else bootstrap_location(self.name, self.namespace, self.spec)
+
+    def _launch_source(self) -> str | None:
+        return self.spec.draft.initial or self._bootstrap()
+
+    def _on_bands(self, bands: act.Bands | None) -> act.Bands | None:
+        """Pods launched with the head at K=0 hear "on, launch table" as K=0: give them K explicitly."""
+        if bands is None and self._bootstrap() is not None:
+            return full_bands(self.spec.draft.num_speculative_tokens)
+        return bands
+
+    def _first_draft_speculates(self, pods: list[ServingPod]) -> None:
+        """The first draft's canary pods draft with it; the others stay at K=0 (the throughput control).
+
+        Pods that switch only by a restart cannot: their canary measures nothing and ends Inconclusive.
+        """
+        with contextlib.suppress(RestartRequired):
+            self.fleet.set_speculation(True, full_bands(self.spec.draft.num_speculative_tokens), pods)
+
+    def _first_draft_canaries(self, statuses: Mapping[str, ServingStatus | None]) -> set[str]:
+        """Without a promoted draft, pods serving a candidate (not the head, not a vN) are a first canary."""
+        if self._bootstrap() is None:
+            return set()
+        return {pod for pod, status in statuses.items() if status is not None and status.draft is not None
+                and not _LAUNCH_OR_PROMOTED.match(status.draft.version)}
 
     def _promoted_pointer(self) -> str | None:
         pointer = self._current_pointer()
