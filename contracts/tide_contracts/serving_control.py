@@ -198,6 +198,9 @@ class ServingStatus(_Response):
     speculation: SpeculationState
     capture: CaptureState
     warnings: list[str] = Field(default_factory=list)
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="the engine's max_num_seqs (largest batch it schedules); optional within "
+        "version 1: null from plugins that predate it")
 
 
 class ErrorBody(_Response):

@@ -71,7 +71,8 @@ class PodControl:
         return sc.ServingStatus(
             contract_version=sc.CONTRACT_VERSION, plugin_version=PLUGIN_VERSION, vllm_version=VLLM_VERSION,
             engine_supported=True, model_name=self.model_name, draft=self.draft_info(),
-            speculation=self.speculation(), capture=self.capture.state(), warnings=list(self.warnings))
+            speculation=self.speculation(), capture=self.capture.state(), warnings=list(self.warnings),
+            max_num_seqs=self.engine.max_num_seqs)
 
     def load_draft(self, request: sc.DraftLoadRequest) -> sc.DraftLoadResult:
         previous = self.engine.draft_version

@@ -17,12 +17,14 @@ a, its acceptance rate is (a + ... + a^g) / g and its mean acceptance length 1 +
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Acceptance = float
+_RUN_SUFFIX = re.compile(r"^[0-9a-f]{8}-(r[0-9]+)$")  # the operator's run id: <uid hash>-r<counter>
 
 
 class _Model(BaseModel):
@@ -79,10 +81,15 @@ class Scenario(_Model):
         return self
 
     def acceptance_for(self, version: str | None, domain: str) -> Acceptance:
-        """a of `version` on `domain`; "*" in the table is any version (or domain) not listed."""
+        """a of `version` on `domain`; "*" in the table is any version (or domain) not listed.
+
+        The operator's run ids carry a hash of the TideDeployment's UID ("3fa9c2d1-r1"), unknown when
+        the scenario is written: a candidate not listed by its id is looked up by its counter ("r1").
+        """
         if version is None:
             return 0.0
-        domains = self.acceptance.get(version) or self.acceptance.get("*") or {}
+        domains = (self.acceptance.get(version) or self.acceptance.get(_RUN_SUFFIX.sub(r"\1", version))
+                   or self.acceptance.get("*") or {})
         return domains.get(domain, domains.get("*", self.default_acceptance))
 
     def phase_at(self, elapsed_s: float) -> Phase:

@@ -20,6 +20,7 @@ from tide_operator.api.units import duration_seconds
 from tide_operator.capture_buffer import PRUNE_REASON, capture_limits, prune_capture_buffer
 from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig
+from tide_operator.control.lifecycle import run_number
 from tide_operator.control.retention import (
     Claim,
     claim_window,
@@ -127,10 +128,10 @@ def _throughput(registry: DraftRegistry, config: OperatorConfig) -> float:
 
 
 def _newest_first(run_ids: Sequence[str]) -> list[str]:
-    """Operator runs are r1, r2, ..., r10: by number, not by name; others (a seed) last."""
+    """Operator runs are <hash>-r1, ..., <hash>-r10 (or r1, ...): by number, not by name; others (a seed) last."""
     def order(run_id: str) -> tuple[int, str]:
-        digits = run_id[1:] if run_id.startswith("r") else ""
-        return (-int(digits) if digits.isdigit() else 1, run_id)
+        number = run_number(run_id)
+        return (-number if number is not None else 1, run_id)
     return sorted(run_ids, key=order)
 
 

@@ -17,15 +17,17 @@ from typing import Protocol
 
 from tide_contracts.registry import CaptureObject
 from tide_operator.api.conditions import ConditionType, Reason, rfc3339
-from tide_operator.api.status import Decision, Phase, SpeculationStatus
+from tide_operator.api.status import CanaryStatus, Decision, Phase, SpeculationStatus
 from tide_operator.control import actions as act
 from tide_operator.control.cost_model import expected_acceptance_length, practical_speedup
 from tide_operator.control.lifecycle import LifecycleState, refuse_candidate
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState, decide
+from tide_operator.pod_convergence import CanaryPods
 from tide_operator.serving_status import EventNote, StatusDraft
 
 PODS_CONVERGED = "PodsConverged"
+DRAFTS_CONVERGED = "DraftsConverged"
 PODS_ROLLED = "PodsRolledForSpeculation"
 
 
@@ -61,6 +63,7 @@ class Effects(Protocol):
     def serve_draft(self, action: act.ServeDraft) -> None: ...
     def invalidate(self, action: act.InvalidateArtifacts) -> None: ...
     def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None) -> list[str]: ...
+    def converge_drafts(self, canary: CanaryPods | None) -> list[str]: ...  # the pods swapped, described
 
 
 def _dispatch(effects: Effects) -> dict[type, Callable[..., None]]:
@@ -151,6 +154,31 @@ def _converge(draft: StatusDraft, effects: Effects, actions: list[act.Action], s
     if fixed:
         draft.events.append(EventNote("Normal", PODS_CONVERGED, "; ".join(fixed) + " (missed while it started)",
                                       action="Converge"))
+    _converge_drafts(draft, effects, actions, state, params)
+
+
+# Actions that load drafts on pods: a pass that took one leaves the swapping of stragglers to the next.
+_DRAFT_ACTIONS = act.StartCanary | act.Promote | act.RollBack | act.ServeDraft
+
+
+def _converge_drafts(draft: StatusDraft, effects: Effects, actions: list[act.Action], state: PolicyState,
+                     params: PolicyParams) -> None:
+    """Pods serving another draft than the pointer (the candidate on canary pods) are swapped.
+
+    Not under spec.control.draftPin: ServeDraft serves the pin to every pod.
+    """
+    if params.draft_pin is not None or any(isinstance(a, _DRAFT_ACTIONS) for a in actions):
+        return
+    lifecycle = state.lifecycle
+    canary = (CanaryPods(lifecycle.candidate, lifecycle.canary_pods)
+              if lifecycle.phase is LifecyclePhase.CANARY and lifecycle.candidate else None)
+    try:
+        swapped = effects.converge_drafts(canary)
+    except EffectError as e:
+        draft.condition(ConditionType.DEGRADED, True, e.reason, f"converging drafts: {e}", warn=True)
+        return
+    if swapped:
+        draft.events.append(EventNote("Normal", DRAFTS_CONVERGED, "; ".join(swapped), action="ConvergeDrafts"))
 
 
 def _carry_out(actions: list[act.Action], effects: Effects,
@@ -196,7 +224,10 @@ def _report(draft: StatusDraft, actions: list[act.Action], state: PolicyState, p
                     if lifecycle.phase is LifecyclePhase.TRAINING else Reason.AS_EXPECTED,
                     f"run {lifecycle.active_run}" if lifecycle.active_run else "no trainer Job running")
     _promoting(draft, lifecycle)
-    draft.update(speculation=_speculation_status(state, params, observation), control_state=state.to_dict())
+    canary = (CanaryStatus(candidate=lifecycle.candidate, pods=lifecycle.canary_pods)
+              if lifecycle.phase is LifecyclePhase.CANARY and lifecycle.candidate else None)
+    draft.update(speculation=_speculation_status(state, params, observation), control_state=state.to_dict(),
+                 canary=canary)
     if actions:
         last = actions[-1]
         draft.update(last_decision=Decision(time=rfc3339(draft.now), action=type(last).__name__,

@@ -10,6 +10,7 @@ The capture buffer is pruned on its own timer (capture_retention.py), not here.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import boto3
@@ -23,13 +24,14 @@ from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control.placement import Placement
 from tide_operator.control.policy import PolicyState
-from tide_operator.control.spec_params import policy_params
+from tide_operator.control.spec_params import fleet_max_batch_size, policy_params
 from tide_operator.control_loop import SensorReading, control_pass
 from tide_operator.cost_profile_source import ProfilePoints
 from tide_operator.effects import ClusterEffects
 from tide_operator.fleet import Fleet, ServingPod
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.control_token import accepted_tokens
+from tide_operator.manifests.ownership import owner_uids
 from tide_operator.manifests.pod import registry_prefix, s3_encryption
 from tide_operator.prometheus_access import CredentialsError
 from tide_operator.prometheus_adapter import PrometheusAdapters
@@ -62,9 +64,22 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
                              multipart_copy_threshold=config.promotion.multipart_copy_threshold_bytes)
     fleet = make_fleet(name, namespace, config.serving.control_port, cluster)
     reading = _sensor_reading(name, namespace, spec, state, registry, cluster, config, adapters)
+    reading, max_batch_size = _with_fleet(reading, fleet, state)
     effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
-    params = policy_params(spec, profile_points, observation_window_s=config.prometheus_window_seconds)
+    params = policy_params(spec, profile_points, max_batch_size=max_batch_size,
+                           observation_window_s=config.prometheus_window_seconds,
+                           deployment_uid=next(iter(owner_uids(adopt({"metadata": {}}))), ""))
     control_pass(draft, params, reading, effects, now_s)
+
+
+def _with_fleet(reading: SensorReading, fleet: Fleet, state: PolicyState) -> tuple[SensorReading, int]:
+    """The ready pods that answer (a canary starts on some) and the smallest max_num_seqs they report."""
+    if reading.observation is None:  # the pass holds its decisions: no pod need be asked
+        return reading, fleet_max_batch_size((), state.table)
+    statuses = fleet.statuses(ready_only=True)
+    answering = tuple(sorted(pod for pod, status in statuses.items() if status is not None))
+    cap = fleet_max_batch_size((s.max_num_seqs for s in statuses.values() if s is not None), state.table)
+    return replace(reading, observation=replace(reading.observation, ready_pods=answering)), cap
 
 
 def _sensor_reading(name: str, namespace: str, spec: TideDeploymentSpec, state: PolicyState, registry: DraftRegistry,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -41,7 +41,16 @@ from tide_operator.manifests.serving import (
     launch_bands_of,
 )
 from tide_operator.manifests.trainer import bootstrap_location, build_trainer_job
-from tide_operator.pod_convergence import DesiredPods, corrections
+from tide_operator.pod_convergence import (
+    LAUNCH_DRAFT_VERSION,
+    CanaryPods,
+    DesiredDrafts,
+    DesiredPods,
+    DraftLoad,
+    corrections,
+    draft_swaps,
+    swap_budget,
+)
 
 STORAGE_ERRORS = (RegistryError, ClientError, BotoCoreError, OSError)
 # What pods report for the launch draft ("initial") or a promoted one (a registry version vN).
@@ -153,10 +162,11 @@ class ClusterEffects:
         return next(iter(owner_uids(self.adopt({"metadata": {}}))), "")
 
     def start_canary(self, action: act.StartCanary) -> None:
+        """Exactly the pods the lifecycle chose (and recorded); one gone since is skipped."""
         source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "candidates", action.candidate)
-        self.fleet.load_draft(source, None, self.canary_pods(action.replicas))
+        self.fleet.load_draft(source, None, self.canary_pods(action.pods))
         if self._bootstrap() is not None and self._current_pointer() is None:
-            self._first_draft_speculates(self.canary_pods(action.replicas))
+            self._first_draft_speculates(self.canary_pods(action.pods))
 
     def promote(self, action: act.Promote) -> None:
         try:
@@ -179,8 +189,9 @@ class ClusterEffects:
     def roll_back(self, action: act.RollBack) -> None:
         # Pods first, the history last: a swap that fails is retried next pass, and the history
         # must not record a rejection the pass then reverses.
+        # Exactly the pods that got the candidate; gone ones are skipped, convergence fixes any other.
         pointer = self._current_pointer()
-        self._serve(pointer.version if pointer else None, self.canary_pods(self.spec.control.canary.replicas),
+        self._serve(pointer.version if pointer else None, self.canary_pods(action.pods),
                     pointer.manifest_sha256 if pointer else None)
         try:
             self.registry.record_rejection(action.candidate, now=datetime.now(UTC), reason=action.message)
@@ -198,9 +209,41 @@ class ClusterEffects:
         # trainer and the registry check the revision); deleting them is left to retention.
         return
 
-    def canary_pods(self, replicas: int) -> list[Any]:
-        ready = sorted((p for p in self.fleet.pods if p.ready), key=lambda p: p.name)
-        return ready[:replicas]
+    def canary_pods(self, pod_names: Sequence[str]) -> list[ServingPod]:
+        """The named pods that are still here and ready (a canary pod may have gone since)."""
+        wanted = set(pod_names)
+        return sorted((p for p in self.fleet.pods if p.ready and p.name in wanted), key=lambda p: p.name)
+
+    def converge_drafts(self, canary: CanaryPods | None) -> list[str]:
+        """Swap ready pods whose served draft is not the pointer's (the candidate on canary pods).
+
+        Bounded per pass (pod_convergence.swap_budget); pinned by the pointer's manifest sha256 as a
+        promotion is. With neither a pointer nor a launch draft there is nothing to converge to.
+        """
+        desired = self._desired_drafts(canary)
+        if desired is None:
+            return []
+        statuses = self.fleet.statuses(ready_only=True)
+        swaps = draft_swaps(statuses, desired, swap_budget(len(statuses)))
+        for load in dict.fromkeys(swap.load for swap in swaps):
+            pods = self.canary_pods([swap.pod for swap in swaps if swap.load == load])
+            self.fleet.load_draft(load.source, load.expected_version, pods, manifest_sha256=load.manifest_sha256)
+        return [swap.describe() for swap in swaps]
+
+    def _desired_drafts(self, canary: CanaryPods | None) -> DesiredDrafts | None:
+        pointer = self._current_pointer()
+        if pointer is not None:
+            served = DraftLoad(pointer.version, s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts",
+                                                       pointer.version), pointer.version, pointer.manifest_sha256)
+        elif (launch := self._launch_source()) is not None:
+            served = DraftLoad(LAUNCH_DRAFT_VERSION, launch)
+        else:
+            return None
+        if canary is None:
+            return DesiredDrafts(served)
+        candidate = DraftLoad(canary.candidate, s3_uri(self.name, self.namespace, self.spec.storage.s3, "candidates",
+                                                       canary.candidate))
+        return DesiredDrafts(served, candidate, frozenset(canary.pods))
 
     def _serve(self, version: str | None, pods: list[Any] | None, manifest_sha256: str | None = None) -> None:
         if version is None:

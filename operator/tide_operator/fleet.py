@@ -69,6 +69,7 @@ class Fleet:
                  client_factory: ClientFactory = ServingControlClient) -> None:
         self.pods = [p for p in pods if p.ip]
         self.port, self.token, self.previous_token, self._client = port, token, previous_token, client_factory
+        self._statuses: dict[bool, dict[str, ServingStatus | None]] = {}  # by ready_only, until a pod is told
 
     def client(self, pod: ServingPod) -> Any:
         url = f"http://{pod.ip}:{self.port}"
@@ -81,6 +82,7 @@ class Fleet:
         A pod that refused a draft's files (it verifies before it swaps, so it still serves the
         old one) raises DraftRefused: the draft is bad, not the pod.
         """
+        self._statuses.clear()  # what the pods report may change now
         failures, refusals, restarts = [], [], 0
         for pod in pods if pods is not None else [p for p in self.pods if p.ready]:
             try:
@@ -116,10 +118,14 @@ class Fleet:
         self._each(f"loading draft {version or source}", lambda c: c.load_draft(request), pods)
 
     def statuses(self, ready_only: bool = False) -> dict[str, ServingStatus | None]:
-        out: dict[str, ServingStatus | None] = {}
-        for pod in (p for p in self.pods if p.ready or not ready_only):
-            try:
-                out[pod.name] = self.client(pod).status()
-            except (ServingControlError, OSError):
-                out[pod.name] = None
-        return out
+        """Each pod's status, None where it did not answer; read once until a call changes a pod
+        (one pass asks for the batch cap, the canary's pods and the stragglers)."""
+        if ready_only not in self._statuses:
+            out: dict[str, ServingStatus | None] = {}
+            for pod in (p for p in self.pods if p.ready or not ready_only):
+                try:
+                    out[pod.name] = self.client(pod).status()
+                except (ServingControlError, OSError):
+                    out[pod.name] = None
+            self._statuses[ready_only] = out
+        return dict(self._statuses[ready_only])

@@ -3,8 +3,9 @@
 Switches reach the pods as edges: SetSpeculation and SetCapture go to every ready pod when the
 policy decides. A pod that starts later (scale-up, a crash, a node drain) comes up in the plugin's
 launch state, speculation on and capture off, and would stay there. So each pass compares what
-every ready pod reports with what the policy holds and repeats only what a pod missed. Drafts need
-no such step: a starting pod loads the draft the promoted pointer names by itself.
+every ready pod reports with what the policy holds and repeats only what a pod missed. Drafts too:
+each pod's served version is compared with the promoted pointer (the candidate on canary pods),
+and a bounded number of stragglers are swapped per pass.
 """
 
 from __future__ import annotations
@@ -76,3 +77,76 @@ def _capture_differs(capture: CaptureState, desired: DesiredPods) -> bool:
         return False
     return capture.destination != desired.destination or not math.isclose(capture.sampling_rate,
                                                                           desired.sampling_rate, abs_tol=1e-9)
+
+
+# ---- drafts ------------------------------------------------------------------------------------
+# A pod that started before a pointer flip, or missed a promotion's load (not ready then), keeps the
+# draft it loaded at startup; a canary pod whose container restarted serves the pointer again.
+
+
+LAUNCH_DRAFT_VERSION = "initial"  # what the serving plugin reports for the draft a pod was launched with
+
+
+@dataclass(frozen=True)
+class DraftLoad:
+    """One draft a pod can be told to load, and the version a pod serving it reports."""
+
+    version: str  # "vN", a candidate's run id, or "initial" (the launch draft)
+    source: str
+    expected_version: str | None = None  # checked by the pod against the manifest (promoted drafts)
+    manifest_sha256: str | None = None  # the pointer's pin on the promoted manifest
+
+
+@dataclass(frozen=True)
+class CanaryPods:
+    """The canary in progress: its candidate (a run id under candidates/) and the pods serving it."""
+
+    candidate: str
+    pods: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DesiredDrafts:
+    """Every ready pod serves ``served``; during a canary its pods serve ``candidate`` instead."""
+
+    served: DraftLoad
+    candidate: DraftLoad | None = None
+    canary_pods: frozenset[str] = frozenset()
+
+    def for_pod(self, pod: str) -> DraftLoad:
+        return self.candidate if self.candidate is not None and pod in self.canary_pods else self.served
+
+
+@dataclass(frozen=True)
+class DraftSwap:
+    pod: str
+    load: DraftLoad
+    serving: str  # the version the pod reported
+
+    def describe(self) -> str:
+        return f"{self.pod}: draft {self.serving} -> {self.load.version}"
+
+
+# Like a Deployment's default maxUnavailable: each swap pauses generation on its pod for a moment.
+SWAP_FRACTION = 0.25
+
+
+def swap_budget(ready_pods: int) -> int:
+    """How many pods one pass may swap: a quarter of the ready pods, at least one."""
+    return max(1, math.ceil(ready_pods * SWAP_FRACTION))
+
+
+def draft_swaps(statuses: Mapping[str, ServingStatus | None], desired: DesiredDrafts, limit: int) -> list[DraftSwap]:
+    """Ready pods whose served draft version differs from ``desired``, in name order, at most ``limit``.
+
+    Skipped: pods that did not answer, an inert plugin, and a pod without a draft (launched without
+    speculation: a load needs a restart there, not a call).
+    """
+    out = []
+    for name, status in sorted(statuses.items()):
+        if status is None or not status.engine_supported or status.draft is None:
+            continue
+        load = desired.for_pod(name)
+        if status.draft.version != load.version:
+            out.append(DraftSwap(name, load, status.draft.version))
+    return out[:max(0, limit)]

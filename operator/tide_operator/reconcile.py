@@ -130,7 +130,7 @@ def policy_refusal(spec: TideDeploymentSpec, namespace: str, name: str,
     return (Reason.STORAGE_POLICY_VIOLATION, refused) if refused else None
 
 
-def child_names(name: str, status: TideDeploymentStatus) -> list[tuple[str, str]]:
+def child_names(name: str, status: TideDeploymentStatus, uid: str) -> list[tuple[str, str]]:
     """(kind, name) of every child a reconcile pass writes, and of the next trainer Job.
 
     The control pass creates that Job later (and checks it again); a namesake is found now, before
@@ -141,14 +141,15 @@ def child_names(name: str, status: TideDeploymentStatus) -> list[tuple[str, str]
     return [("Secret", names.control_token_secret_name(name)), ("ConfigMap", names.serving_config_name(name)),
             ("Service", names.serving_name(name)), ("Deployment", names.serving_name(name)),
             (DISRUPTION_BUDGET, names.disruption_budget_name(name)),
-            ("Job", names.trainer_job_name(name, run_id_for(run_counter + 1)))]
+            ("Job", names.trainer_job_name(name, run_id_for(run_counter + 1, uid)))]
 
 
 def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Placement, config: OperatorConfig,
                    cluster: Cluster, adopt: Any, draft: StatusDraft) -> tuple[Applied, ...] | None:
     """Apply the children, or None with a ChildConflict when an object named like one is not ours."""
     name, namespace = meta["name"], meta["namespace"]
-    live = {(kind, child): cluster.read(kind, namespace, child) for kind, child in child_names(name, draft.status)}
+    live = {(kind, child): cluster.read(kind, namespace, child)
+            for kind, child in child_names(name, draft.status, meta.get("uid", ""))}
     found = [c for (kind, _), obj in live.items() if (c := conflict(meta.get("uid", ""), kind, obj))]
     if found:  # checked before any write: none of our own children changes while a name is taken
         child_conflict(draft, describe(found))

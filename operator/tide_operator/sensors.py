@@ -22,11 +22,12 @@ from tide_operator.control_loop import SensorReading
 from tide_operator.effects import STORAGE_ERRORS
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.trainer import CONTAINER_NAME as TRAINER_CONTAINER
+from tide_operator.pod_convergence import LAUNCH_DRAFT_VERSION
 from tide_operator.prometheus_adapter import PrometheusAdapter, PrometheusUnavailable
 from tide_operator.prometheus_adapter_metrics import observation
 from tide_operator.prometheus_adapter_queries import DeploymentKey
 
-INITIAL_VERSION = "initial"  # what the serving plugin reports for the draft a pod was launched with
+INITIAL_VERSION = LAUNCH_DRAFT_VERSION  # what the serving plugin reports for the draft a pod was launched with
 NOT_BETTER_EXIT_CODE = 7  # trainer contract (docs/contracts/trainer-cli.md): ExitCode.NOT_BETTER
 NO_GPU_EXIT_CODE = 8  # trainer contract: ExitCode.NO_GPU, the Job asked for GPUs and torch saw none
 JOB_NAME_LABEL = "job-name"  # set by the Job controller on the pods it creates
@@ -71,7 +72,7 @@ def last_launch_time(name: str, namespace: str, state: PolicyState, cluster: Clu
     counter = state.lifecycle.run_counter
     if counter < 1:
         return 0.0
-    run = run_id_for(counter)
+    run = state.lifecycle.last_run or run_id_for(counter)  # state from before last_run: the old "r<n>" ids
     job = next((j for j in cluster.jobs(namespace, f"{labels.TRAINING_RUN_LABEL}={run}")
                 if j["metadata"]["name"] == names.trainer_job_name(name, run)), None)
     created = (job or {}).get("metadata", {}).get("creationTimestamp")

@@ -117,7 +117,7 @@ class ControlState:
             contract_version=sc.CONTRACT_VERSION, plugin_version=self.plugin_version,
             vllm_version=self.vllm_version, engine_supported=w["engine"]["supported"],
             model_name=self.model_name, draft=self._draft_info(), speculation=self._speculation(),
-            capture=self.capture_snapshot(), warnings=warnings)
+            capture=self.capture_snapshot(), warnings=warnings, max_num_seqs=w.get("max_num_seqs"))
 
     def _require_supported(self) -> None:
         if not self.engine_supported:

@@ -102,6 +102,7 @@ class TideWorkerExtension:
             "rank": s.rank, "plugin_version": PLUGIN_VERSION, "tokenizer_hash": s.tokenizer_hash,
             "engine": asdict(s.support),
             "draft": asdict(s.draft), "num_speculative_tokens": s.num_speculative_tokens,
+            "max_num_seqs": int(self.vllm_config.scheduler_config.max_num_seqs),
             "architecture": s.architecture.to_json() if s.architecture else None,
             "capture": {"enabled": s.recorder.enabled, "sampling_rate": s.recorder.sampling_rate or
                         s.settings.sampling_rate, "destination": s.destination, "tapped": s.tapped,

@@ -14,6 +14,7 @@ ten minutes on two cores. With TIDE_E2E_REPORT set, a failed run leaves its shor
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from pathlib import Path
 
@@ -56,13 +57,14 @@ def test_shift_is_detected_trained_canaried_and_promoted_with_real_vllm(plane, k
     # S3 at the first promotion: the pointer names v1 from run r1, its manifest lists verified files,
     # the history has the promotion, and every pod serves v1.
     assert result.pointer is not None
-    assert (result.pointer.version, result.pointer.run_id) == ("v1", "r1")
+    assert result.pointer.version == "v1"
+    assert re.fullmatch(r"[0-9a-f]{8}-r1", result.pointer.run_id)  # <hash of the TideDeployment's UID>-r1
     assert result.manifest is not None
     assert result.manifest.kind == "draft"
     assert {"config.json", "model.safetensors"} <= set(result.manifest.files)
     assert [(h.action, h.version) for h in result.history][:1] == [("promote", "v1")]
     assert set(result.pod_drafts.values()) == {"v1"}
-    assert result.trainer_jobs[0] == f"{settings.name}-train-r1"
+    assert result.trainer_jobs[0] == f"{settings.name}-train-{result.pointer.run_id}"
 
     # Events in the order the loop runs: capture on at the shift, training, canary, promotion.
     order = [next(i for i, (_, m) in enumerate(result.events) if m.startswith(prefix))

@@ -101,6 +101,7 @@ def test_completions_metrics_and_status(server, client, bigram) -> None:
     assert metric_value(text, "tide_serving_plugin_info", engine_supported="true") == 1.0
     status = client.status()
     assert status.engine_supported
+    assert status.max_num_seqs == 16  # the test server's --max-num-seqs: the operator caps its table there
     import vllm
 
     assert status.vllm_version == vllm.__version__

@@ -24,6 +24,7 @@ from tide_contracts.registry import DraftRegistry, FileEntry, Manifest
 from tide_contracts.serving_control import DEFAULT_CONTROL_PORT, ServingControlClient, ServingControlError
 from tide_e2e.sim_draft import CAPTURE, TRAINER_ARGS, seed_draft_files  # noqa: F401 (re-exported to the tests)
 from tide_operator.api import GROUP, PLURAL, VERSION
+from tide_operator.control.lifecycle import run_id_for
 
 REVISION = "r1"
 def scenario(domain: str, acceptance: dict[str, dict[str, float]]) -> dict[str, Any]:
@@ -161,13 +162,20 @@ def keys(s3: Any, bucket: str, prefix: str) -> list[str]:
     return [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
 
 
-def trainer_log(plane: Any, namespace: str, run: str = "r1") -> str:
+def run_id(kube: Any, namespace: str, counter: int = 1) -> str:
+    """The operator's id of TideDeployment chat's run `counter`: <hash of its UID>-r<counter>."""
+    td = client.CustomObjectsApi(kube).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "chat")
+    return run_id_for(counter, td["metadata"]["uid"])
+
+
+def trainer_log(plane: Any, namespace: str, run: str) -> str:
     logs = sorted((Path(plane.state_dir) / "pods" / namespace).glob(f"chat-train-{run}-*/trainer.log"))
     return logs[0].read_text(errors="replace") if logs else "(no trainer log)"
 
 
-def trained_job(kube: Any, plane: Any, namespace: str, run: str = "r1") -> Any:
-    """Probe: the trainer Job of `run` once it succeeded (fails the test, with its log, if it failed)."""
+def trained_job(kube: Any, plane: Any, namespace: str, run: str | None = None) -> Any:
+    """Probe: the trainer Job of `run` (the first) once it succeeded (fails the test, with its log, if it failed)."""
+    run = run or run_id(kube, namespace)
     jobs = client.BatchV1Api(kube).list_namespaced_job(namespace).items
     job = next((j for j in jobs if j.metadata.name == f"chat-train-{run}"), None)
     if job is not None and job.status.failed:

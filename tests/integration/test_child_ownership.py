@@ -15,6 +15,8 @@ from tests.integration.kubewait import wait_for
 from tests.integration.test_operator import SPEC, condition, create_secret, get_td, ready_td, tide
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 from tide_operator.api import GROUP, PLURAL, VERSION
+from tide_operator.control.lifecycle import run_id_for
+from tide_operator.manifests import names
 
 pytestmark = pytest.mark.integration
 POD = {"metadata": {"labels": {"app": "squatter"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
@@ -29,20 +31,21 @@ def operator(plane, kube):
     process.stop()
 
 
-def squat(kube, namespace: str) -> dict[tuple[str, str], str]:
-    """Objects named like the children of TideDeployment `chat`, made by someone else; their resourceVersions."""
+def squat(kube, namespace: str, job: str) -> dict[tuple[str, str], str]:
+    """Objects named like the children of TideDeployment `chat` (its next trainer Job is `job`), made by
+    someone else; their resourceVersions."""
     apps, core, batch = client.AppsV1Api(kube), client.CoreV1Api(kube), client.BatchV1Api(kube)
     apps.create_namespaced_deployment(namespace, {"metadata": {"name": "chat-vllm"}, "spec": {
         "replicas": 0, "selector": {"matchLabels": {"app": "squatter"}}, "template": POD}})
     core.create_namespaced_service(namespace, {"metadata": {"name": "chat-vllm"}, "spec": {
         "selector": {"app": "squatter"}, "ports": [{"port": 80}]}})
     core.create_namespaced_secret(namespace, {"metadata": {"name": "chat-control"}, "stringData": {"token": "mine"}})
-    batch.create_namespaced_job(namespace, {"metadata": {"name": "chat-train-r1"}, "spec": {
+    batch.create_namespaced_job(namespace, {"metadata": {"name": job}, "spec": {
         "parallelism": 0, "template": {**POD, "spec": {**POD["spec"], "restartPolicy": "Never"}}}})
     read = {("Deployment", "chat-vllm"): lambda: apps.read_namespaced_deployment("chat-vllm", namespace),
             ("Service", "chat-vllm"): lambda: core.read_namespaced_service("chat-vllm", namespace),
             ("Secret", "chat-control"): lambda: core.read_namespaced_secret("chat-control", namespace),
-            ("Job", "chat-train-r1"): lambda: batch.read_namespaced_job("chat-train-r1", namespace)}
+            ("Job", job): lambda: batch.read_namespaced_job(job, namespace)}
 
     def versions() -> dict[tuple[str, str], str]:
         return {key: get().metadata.resource_version for key, get in read.items()}
@@ -56,11 +59,18 @@ def squat(kube, namespace: str) -> dict[tuple[str, str], str]:
 
 
 def test_children_named_by_someone_else_are_refused_and_left_untouched(kube, namespace, operator):
-    squatted = squat(kube, namespace)
+    # Run ids hash the TideDeployment's UID: the squatter of its first trainer Job needs the UID, so the
+    # TideDeployment is made first, with the operator stopped (no pass runs before the squatters exist).
+    operator.stop()
+    try:
+        create_secret(kube, namespace)
+        td = client.CustomObjectsApi(kube).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                                           tide("chat", SPEC))
+        job = names.trainer_job_name("chat", run_id_for(1, td["metadata"]["uid"]))
+        squatted = squat(kube, namespace, job)
+    finally:
+        operator.start()
     before = squatted["settled"]
-    create_secret(kube, namespace)
-    client.CustomObjectsApi(kube).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
-                                                                  tide("chat", SPEC))
 
     def conflicted():
         degraded = condition(get_td(kube, namespace, "chat"), "Degraded")
@@ -87,7 +97,7 @@ def test_children_named_by_someone_else_are_refused_and_left_untouched(kube, nam
     apps.delete_namespaced_deployment("chat-vllm", namespace)
     core.delete_namespaced_service("chat-vllm", namespace)
     core.delete_namespaced_secret("chat-control", namespace)
-    batch.delete_namespaced_job("chat-train-r1", namespace, propagation_policy="Background")
+    batch.delete_namespaced_job(job, namespace, propagation_policy="Background")
     td = wait_for(lambda: ready_td(kube, namespace, "chat"), "Ready once the names are free", timeout_s=90)
     assert condition(td, "Degraded")["reason"] != "ChildConflict"  # (this spec's S3 is not there: other reasons)
     assert apps.read_namespaced_deployment("chat-vllm", namespace).metadata.owner_references[0].uid == \

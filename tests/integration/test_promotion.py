@@ -38,6 +38,7 @@ from tests.integration.promotion_flow import (
     pod_drafts,
     promote_seed,
     registry_prefix,
+    run_id,
     scenario,
     seed_draft_files,
     spec,
@@ -94,6 +95,7 @@ def test_domain_shift_trains_canaries_and_promotes_a_better_draft(kube, namespac
     s3.create_bucket(Bucket=bucket)
     upload(s3, bucket, "seed-draft", seed_draft_files(tmp_path / "seed"))
     create(kube, namespace, spec(bucket, s3_endpoint))
+    r1 = run_id(kube, namespace)  # <hash of the TideDeployment's UID>-r1
 
     wait_for(lambda: drift_warm(kube, namespace), "speculation on, drift detector settled", timeout_s=120)
     assert lifecycle(status(kube, namespace))["phase"] == "Serving"  # capture disabled: nothing collected
@@ -111,18 +113,19 @@ def test_domain_shift_trains_canaries_and_promotes_a_better_draft(kube, namespac
     assert any("SetCapture" in m and "acceptance fell" in m for m in events(kube, namespace))
 
     # Enough fresh samples -> the trainer Job runs the real trainer on the captured shards.
-    job = wait_for(lambda: trained_job(kube, plane, namespace), "trainer Job chat-train-r1 succeeded", timeout_s=150)
+    job = wait_for(lambda: trained_job(kube, plane, namespace), f"trainer Job chat-train-{r1} succeeded",
+                   timeout_s=150)
     container = job.spec.template.spec.containers[0]
     assert container.command[-3:] == ["-m", "tide_trainer", "train"]
     assert f"s3://{bucket}/seed-draft" in container.args  # warm start from the served (launch) draft
-    summary = json.loads(trainer_log(plane, namespace).strip().splitlines()[-1])
+    summary = json.loads(trainer_log(plane, namespace, r1).strip().splitlines()[-1])
     assert summary["result"] == "ok"
     assert summary["better"] is True
     assert summary["candidate_acceptance_length"] > summary["baseline_acceptance_length"]
 
     prefix = registry_prefix(namespace)
     manifest = Manifest.model_validate_json(s3.get_object(
-        Bucket=bucket, Key=f"{prefix}/candidates/r1/manifest.json")["Body"].read())
+        Bucket=bucket, Key=f"{prefix}/candidates/{r1}/manifest.json")["Body"].read())
     assert manifest.kind == "candidate"
     assert manifest.target_revision == REVISION
     assert manifest.samples["train_requests"] > 0
@@ -131,9 +134,9 @@ def test_domain_shift_trains_canaries_and_promotes_a_better_draft(kube, namespac
     # Evaluation -> canary on one pod (the candidate under its run id) -> promoted everywhere.
     def canary():
         drafts = pod_drafts(kube, namespace)
-        return drafts if sorted(drafts.values()) == ["initial", "r1"] else None
+        return drafts if sorted(drafts.values()) == sorted(["initial", r1]) else None
 
-    wait_for(canary, "candidate r1 on one canary pod", timeout_s=60)
+    wait_for(canary, f"candidate {r1} on one canary pod", timeout_s=60)
     # The pass swaps the pod first and writes status last: give the write a moment.
     wait_for(lambda: lifecycle(status(kube, namespace))["phase"] == "Canary", "lifecycle phase Canary",
              timeout_s=20)
@@ -144,13 +147,13 @@ def test_domain_shift_trains_canaries_and_promotes_a_better_draft(kube, namespac
 
     wait_for(promoted, "v1 on every pod", timeout_s=90)
     pointer = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}/promoted.json")["Body"].read())
-    assert (pointer["version"], pointer["run_id"], pointer["target_revision"]) == ("v1", "r1", REVISION)
+    assert (pointer["version"], pointer["run_id"], pointer["target_revision"]) == ("v1", r1, REVISION)
     promoted_manifest = Manifest.model_validate_json(
         s3.get_object(Bucket=bucket, Key=f"{prefix}/drafts/v1/manifest.json")["Body"].read())
     assert (promoted_manifest.kind, promoted_manifest.version) == ("draft", "v1")
     assert promoted_manifest.files == manifest.files  # the verified bytes of the candidate
     entries = history(s3, bucket, prefix)
-    assert [(e["action"], e["version"], e["run_id"]) for e in entries] == [("promote", "v1", "r1")]
+    assert [(e["action"], e["version"], e["run_id"]) for e in entries] == [("promote", "v1", r1)]
     messages = events(kube, namespace)
     for action in ("LaunchTraining", "StartCanary", "Promote"):
         assert any(m.startswith(f"{action}:") for m in messages), (action, messages)
@@ -172,22 +175,27 @@ def test_candidate_worse_on_live_traffic_is_rolled_back(kube, namespace, operato
     pointer_before = s3.get_object(Bucket=bucket, Key=f"{prefix}/promoted.json")
     pointer_body, pointer_etag = pointer_before["Body"].read(), pointer_before["ETag"]
     create(kube, namespace, spec(bucket, s3_endpoint))
+    r1 = run_id(kube, namespace)
 
     wait_for(lambda: list(pod_drafts(kube, namespace).values()) == ["v1", "v1"],
              "both pods serving the promoted v1 from the start", timeout_s=60)
     wait_for(lambda: drift_warm(kube, namespace), "speculation on, drift detector settled", timeout_s=120)
     shift_traffic(kube, namespace, scenario_file, acceptance)
 
-    job = wait_for(lambda: trained_job(kube, plane, namespace), "trainer Job chat-train-r1 succeeded", timeout_s=180)
+    job = wait_for(lambda: trained_job(kube, plane, namespace), f"trainer Job chat-train-{r1} succeeded",
+                   timeout_s=180)
     args = job.spec.template.spec.containers[0].args
     assert args[args.index("--parent-draft") + 1] == f"s3://{bucket}/{prefix}/drafts/v1"  # warm start from v1
 
     def canary():
         drafts = pod_drafts(kube, namespace)
-        return drafts if sorted(drafts.values()) == ["r1", "v1"] else None
+        return drafts if sorted(drafts.values()) == sorted([r1, "v1"]) else None
 
-    on_canary = wait_for(canary, "candidate r1 on one canary pod", timeout_s=60)
-    canary_pod = next(p for p, v in on_canary.items() if v == "r1")
+    on_canary = wait_for(canary, f"candidate {r1} on one canary pod", timeout_s=60)
+    canary_pod = next(p for p, v in on_canary.items() if v == r1)
+    # The pods that got the candidate are recorded in status: the rollback swaps back exactly these.
+    recorded = wait_for(lambda: status(kube, namespace).get("canary"), "the canary pods in status", timeout_s=20)
+    assert recorded == {"candidate": r1, "pods": [canary_pod]}
 
     def rolled_back():
         msgs = [m for m in events(kube, namespace) if m.startswith("RollBack:")]
@@ -203,7 +211,7 @@ def test_candidate_worse_on_live_traffic_is_rolled_back(kube, namespace, operato
     assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/drafts/v2/")
     entries = history(s3, bucket, prefix)
     assert [(e["action"], e["version"], e["run_id"]) for e in entries] == [("promote", "v1", "seed"),
-                                                                           ("reject", "v1", "r1")]
+                                                                           ("reject", "v1", r1)]
     st = wait_for(lambda: status_where(kube, namespace, lambda lc: lc["rollbacks"] == 1),
                   "the rollback in status (written after the pods are swapped back)", timeout_s=20)
     assert lifecycle(st).get("last_promotion_at") is None  # nothing promoted by the operator

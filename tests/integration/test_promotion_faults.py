@@ -46,6 +46,7 @@ from tests.integration.promotion_flow import (
     pod_drafts,
     promote_seed,
     registry_prefix,
+    run_id,
     scenario,
     seed_draft_files,
     spec,
@@ -135,13 +136,14 @@ def start_deployment(kube, namespace: str, s3, bucket: str, endpoint: str, tmp_p
 
 def wait_for_canary(kube, plane, namespace: str, served: str) -> dict[str, str | None]:
     """The first run trained, its candidate on one canary pod, the Canary phase in status; the pods' drafts."""
-    wait_for(lambda: trained_job(kube, plane, namespace), "trainer Job chat-train-r1 succeeded", timeout_s=200)
+    r1 = run_id(kube, namespace)
+    wait_for(lambda: trained_job(kube, plane, namespace), f"trainer Job chat-train-{r1} succeeded", timeout_s=200)
 
     def on_canary():
         drafts = pod_drafts(kube, namespace)
-        return drafts if sorted(drafts.values()) == sorted(["r1", served]) else None
+        return drafts if sorted(drafts.values()) == sorted([r1, served]) else None
 
-    drafts = wait_for(on_canary, "candidate r1 on one canary pod", timeout_s=60)
+    drafts = wait_for(on_canary, f"candidate {r1} on one canary pod", timeout_s=60)
     wait_for(lambda: status_where(kube, namespace, lambda lc: lc.get("phase") == "Canary"), "lifecycle phase Canary",
              timeout_s=20)
     return drafts
@@ -165,12 +167,13 @@ def test_a_candidate_corrupted_before_promotion_is_refused(kube, namespace, oper
     pointer = s3.get_object(Bucket=bucket, Key=f"{prefix}/promoted.json")
     pointer_before = (pointer["Body"].read(), pointer["ETag"])
     on_canary = wait_for_canary(kube, plane, namespace, served="v1")
+    r1 = run_id(kube, namespace)
 
     # The candidate's weights change under the canary: they no longer match its manifest.
-    key = f"{prefix}/candidates/r1/model.safetensors"
+    key = f"{prefix}/candidates/{r1}/model.safetensors"
     body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     s3.put_object(Bucket=bucket, Key=key, Body=body[:-1] + bytes([body[-1] ^ 0xFF]))
-    manifest_before = s3.get_object(Bucket=bucket, Key=f"{prefix}/candidates/r1/manifest.json")["Body"].read()
+    manifest_before = s3.get_object(Bucket=bucket, Key=f"{prefix}/candidates/{r1}/manifest.json")["Body"].read()
 
     rollbacks = wait_for(lambda: [m for m in events(kube, namespace, "Warning") if m.startswith("RollBack:")],
                          "the refused candidate rolled back", timeout_s=90)
@@ -181,9 +184,9 @@ def test_a_candidate_corrupted_before_promotion_is_refused(kube, namespace, oper
     assert keys(s3, bucket, f"{prefix}/drafts/v2/") == []  # verified before any version was claimed
     entries = history(s3, bucket, prefix)
     assert [(e["action"], e["version"], e["run_id"]) for e in entries] == [("promote", "v1", "seed"),
-                                                                           ("reject", "v1", "r1")]
+                                                                           ("reject", "v1", r1)]
     assert "does not match the manifest" in entries[1]["reason"]
-    canary_pod = next(p for p, v in on_canary.items() if v == "r1")
+    canary_pod = next(p for p, v in on_canary.items() if v == r1)
     wait_for(lambda: pod_drafts(kube, namespace).get(canary_pod) == "v1", "the canary pod back on v1", timeout_s=30)
     st = wait_for(lambda: status_where(kube, namespace, lambda lc: lc["rollbacks"] == 1),
                   "the rollback in status", timeout_s=20)
@@ -195,13 +198,14 @@ def test_a_candidate_corrupted_before_promotion_is_refused(kube, namespace, oper
     assert lifecycle(st).get("last_promotion_at") is None
     assert condition(st, "Degraded")["status"] == "False"  # a decision, not an outage
     # The candidate is left as the trainer wrote it (evidence), never copied.
-    assert s3.get_object(Bucket=bucket, Key=f"{prefix}/candidates/r1/manifest.json")["Body"].read() == manifest_before
+    assert s3.get_object(Bucket=bucket, Key=f"{prefix}/candidates/{r1}/manifest.json")["Body"].read() == \
+        manifest_before
 
     # Pruning ran once the trainer was done (the buffer was past its cap) and kept to captures/.
     pruned = events(kube, namespace, reason="CapturesPruned")
     assert pruned
     assert f"maxBufferSamples={BUFFER_CAP}" in pruned[0]
-    assert keys(s3, bucket, f"{prefix}/candidates/r1/")
+    assert keys(s3, bucket, f"{prefix}/candidates/{r1}/")
     assert keys(s3, bucket, f"{prefix}/drafts/v1/")
     assert keys(s3, bucket, "seed-draft/")
 
@@ -213,9 +217,10 @@ def test_operator_killed_mid_canary_during_an_s3_outage_resumes_and_promotes_onc
     start_deployment(kube, namespace, s3, bucket, deployment_s3.url, tmp_path, seeded=False,
                      control={"canary": {"analysisWindow": f"{window_s}s"}})
     wait_for_canary(kube, plane, namespace, served="initial")
+    r1 = run_id(kube, namespace)
     patch_spec(kube, namespace, NO_SECOND_RUN)
     jobs_before = trainer_jobs(kube, namespace)
-    assert [name for name, _ in jobs_before] == ["chat-train-r1"]
+    assert [name for name, _ in jobs_before] == [f"chat-train-{r1}"]
     st = wait_for(lambda: status_where(kube, namespace, lambda lc: (lc.get("canary") or {}).get("successful")),
                   "a successful canary measurement", timeout_s=40)
     analysis = lifecycle(st)["canary"]
@@ -237,12 +242,12 @@ def test_operator_killed_mid_canary_during_an_s3_outage_resumes_and_promotes_onc
     assert keys(s3, bucket, f"{prefix}/promoted.json") == []
     assert keys(s3, bucket, f"{prefix}/drafts/") == []
     assert history(s3, bucket, prefix) == []
-    assert sorted(pod_drafts(kube, namespace).values()) == ["initial", "r1"]  # the fleet serves as it was
+    assert sorted(pod_drafts(kube, namespace).values()) == sorted(["initial", r1])  # the fleet serves as it was
 
     deployment_s3.start()
     wait_for(lambda: list(pod_drafts(kube, namespace).values()) == ["v1", "v1"], "v1 on every pod", timeout_s=60)
     entries = history(s3, bucket, prefix)
-    assert [(e["action"], e["version"], e["run_id"]) for e in entries] == [("promote", "v1", "r1")]
+    assert [(e["action"], e["version"], e["run_id"]) for e in entries] == [("promote", "v1", r1)]
     assert {k.split("/drafts/")[1].split("/")[0] for k in keys(s3, bucket, f"{prefix}/drafts/")} == {"v1"}
     promotes = [m for m in events(kube, namespace) if m.startswith("Promote:")]
     assert len(promotes) == 1

@@ -6,7 +6,7 @@ Then the operator's Prometheus stops answering (a switch in front of the plane's
 shared server keeps scraping for other tests). While the trainer hangs and no control pass can run:
 
 - every unclaimed capture is gone before it is `retention + prune interval` old;
-- the shards the run claimed (claims/r1.json) outlive retention, but only until the Job's deadline;
+- the shards the run claimed (claims/<run id>.json) outlive retention, but only until the Job's deadline;
 - no capture is ever older than the bound docs/security.md states: retention + max(interval, timeout).
 
 The Job stopped at its deadline is a failed run (TrainingDeadlineExceeded) once Prometheus answers again,
@@ -35,6 +35,7 @@ from tests.integration.promotion_flow import (
     keys,
     patch_spec,
     registry_prefix,
+    run_id,
     scenario,
     seed_draft_files,
     sim_operator_config,
@@ -135,7 +136,8 @@ def captures(s3, bucket: str, prefix: str) -> dict[str, float]:
 
 def trainer_job(kube, namespace: str):
     jobs = client.BatchV1Api(kube).list_namespaced_job(namespace).items
-    return next((j for j in jobs if j.metadata.name == "chat-train-r1" and j.status.active), None)
+    name = f"chat-train-{run_id(kube, namespace)}"
+    return next((j for j in jobs if j.metadata.name == name and j.status.active), None)
 
 
 def watch_ages(s3, bucket: str, prefix: str, claimed: set[str], until: float) -> dict[str, float]:
@@ -159,15 +161,16 @@ def test_retention_holds_with_prometheus_stopped_and_a_hung_trainer(kube, namesp
     s3.put_object(Bucket=bucket, Key=f"{prefix}/drafts/v9/keep.json", Body=b"{}")  # drafts outlive deletion
     create(kube, namespace, spec(bucket, s3_endpoint, RETENTION_SPEC))
 
-    job = wait_for(lambda: trainer_job(kube, namespace), "the hung trainer Job chat-train-r1 running", timeout_s=120)
+    job = wait_for(lambda: trainer_job(kube, namespace), "the hung trainer Job of run 1 running", timeout_s=120)
+    r1 = run_id(kube, namespace)
     assert job.spec.active_deadline_seconds == TIMEOUT_S
-    claim = s3.get_object(Bucket=bucket, Key=f"{prefix}/claims/r1.json")["Body"].read()
+    claim = s3.get_object(Bucket=bucket, Key=f"{prefix}/claims/{r1}.json")["Body"].read()
     claim = yaml.safe_load(claim)
     claimed = {s["key"] for s in claim["shards"]}
     assert claimed
     assert claim["expires_at"] - claim["created_at"] == TIMEOUT_S
     args = job.spec.template.spec.containers[0].args
-    assert args[args.index("--shard-claim") + 1] == f"s3://{bucket}/{prefix}/claims/r1.json"
+    assert args[args.index("--shard-claim") + 1] == f"s3://{bucket}/{prefix}/claims/{r1}.json"
 
     prometheus.stop()
     wait_for(lambda: condition(status(kube, namespace), "Degraded").get("reason") == "PrometheusUnreachable",

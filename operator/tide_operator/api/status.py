@@ -82,6 +82,14 @@ class DraftStatus(StatusModel):
     """Target revision the current draft is pinned to."""
 
 
+class CanaryStatus(StatusModel):
+    """The canary in progress: the pods that got the candidate when it started (a rollback swaps these back)."""
+
+    candidate: DraftVersion
+    pods: tuple[Annotated[str, StringConstraints(min_length=1, max_length=253)], ...] = Field(
+        default=(), max_length=64)
+
+
 class SpeculationStatus(StatusModel):
     enabled: bool = False
     num_speculative_tokens: int = Field(default=0, ge=0)
@@ -109,6 +117,7 @@ class TideDeploymentStatus(StatusModel):
     inference_pool: InferencePoolStatus | None = None
     training_pool: TrainingPoolStatus | None = None
     draft: DraftStatus | None = None
+    canary: CanaryStatus | None = None
     speculation: SpeculationStatus | None = None
     last_decision: Decision | None = None
     selector: Annotated[str, StringConstraints(min_length=1, max_length=1024)] | None = None

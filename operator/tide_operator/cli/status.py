@@ -55,6 +55,14 @@ def _draft(status: dict[str, Any]) -> str:
     return text
 
 
+def _canary(status: dict[str, Any]) -> list[str]:
+    canary = status.get("canary")
+    if not canary:
+        return []
+    pods = ", ".join(canary.get("pods") or ()) or "no ready pod"
+    return [f"Canary:          {canary.get('candidate')} on {pods}"]
+
+
 def _speculation(status: dict[str, Any]) -> str:
     speculation = status.get("speculation") or {}
     if not speculation:
@@ -93,7 +101,7 @@ def render_status(obj: dict[str, Any], events: Sequence[EventNote] = (), now: da
         rows += [[c["type"], c["status"], c.get("reason", ""), age(c.get("lastTransitionTime"), now),
                   c.get("message", "")] for c in conditions]
         lines += table(rows)
-    lines += [*_pools(status), _draft(status), _speculation(status), _decision(status, now)]
+    lines += [*_pools(status), _draft(status), *_canary(status), _speculation(status), _decision(status, now)]
     if events:
         lines.append("Recent events:")
         rows = [["AGE", "TYPE", "REASON", "MESSAGE"]]

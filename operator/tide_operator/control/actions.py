@@ -47,6 +47,7 @@ class StartCanary:
     replicas: int
     reason: str
     message: str
+    pods: tuple[str, ...] = ()  # the pods that load it (chosen by the lifecycle, kept in its state)
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,12 @@ class Promote:
 
 @dataclass(frozen=True)
 class RollBack:
-    """Swap canary pods back to the promoted draft; the pointer is left unchanged."""
+    """Swap the canary pods back to the promoted draft; the pointer is left unchanged."""
 
     candidate: str
     reason: str
     message: str
+    pods: tuple[str, ...] = ()  # the canary pods recorded when it started (gone ones are skipped)
 
 
 @dataclass(frozen=True)

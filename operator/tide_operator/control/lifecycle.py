@@ -33,21 +33,19 @@ from tide_operator.control.lifecycle_types import (
     TrainingObservation,
     TrainingParams,
     TrainingStatus,
+    run_id_for,
+    run_number,
 )
 
 __all__ = [  # the types are re-exported: callers import the lifecycle from one place
     "CaptureParams", "LifecycleInput", "LifecycleParams", "LifecycleState", "Phase", "Step",
-    "TrainingObservation", "TrainingParams", "TrainingStatus", "refuse_candidate", "run_id_for", "step_lifecycle",
+    "TrainingObservation", "TrainingParams", "TrainingStatus", "refuse_candidate", "run_id_for", "run_number",
+    "step_lifecycle",
 ]
 
 
 # A rolled-back canary may have lost to noise: collect once more, then wait for the next shift.
 MAX_CONSECUTIVE_ROLLBACKS = 2
-
-
-def run_id_for(counter: int) -> str:
-    """Run ids are deterministic ("r7"): the trainer Job name derives from them."""
-    return f"r{counter}"
 
 
 def step_lifecycle(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
@@ -137,9 +135,10 @@ def _collecting(state: LifecycleState, inputs: LifecycleInput, params: Lifecycle
             f"{wait:.0f}s of backoff after {state.training_failures} failures",
             capture=True,
         )
-    run_id = run_id_for(state.run_counter + 1)
+    run_id = run_id_for(state.run_counter + 1, params.deployment_uid)
     message = f"buffer {fresh} >= {threshold} new samples: training {run_id}"
-    launched = replace(state, run_counter=state.run_counter + 1, active_run=run_id, buffer_baseline=0)
+    launched = replace(state, run_counter=state.run_counter + 1, active_run=run_id, last_run=run_id,
+                       buffer_baseline=0)
     step = _to(launched, Phase.TRAINING, now, "SampleThresholdReached", message, capture=True)
     return _with(step, act.LaunchTraining(run_id, step.reason, message))
 
@@ -226,9 +225,12 @@ def _evaluating(state: LifecycleState, inputs: LifecycleInput, params: Lifecycle
         wait = state.last_promotion_at + params.canary.min_promotion_interval_s - now
         if wait > 0:
             return _stay(state, "PromotionIntervalNotElapsed", f"{numbers}; {wait:.0f}s to wait", capture=True)
-    started = replace(state, canary=CanaryAnalysis(started_at=now))
-    step = _to(started, Phase.CANARY, now, "CandidateBetter", numbers + ": canary", capture=True)
-    return _with(step, act.StartCanary(state.candidate, params.canary.replicas, step.reason, step.message))
+    # The canary pods are chosen here and kept in the state: the rollback swaps back exactly these.
+    pods = tuple(sorted(inputs.ready_pods)[:params.canary.replicas])
+    started = replace(state, canary=CanaryAnalysis(started_at=now), canary_pods=pods)
+    message = numbers + ": canary on " + (", ".join(pods) or "no ready pod")
+    step = _to(started, Phase.CANARY, now, "CandidateBetter", message, capture=True)
+    return _with(step, act.StartCanary(state.candidate, params.canary.replicas, step.reason, step.message, pods))
 
 
 def _canary(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
@@ -258,6 +260,7 @@ def _canary(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePara
         candidate=None,
         candidate_acceptance_length=None,
         canary=None,
+        canary_pods=(),
         rollbacks=0,
         last_canary_reason="CanarySuccessful",
         last_canary_message=f"{candidate} promoted: {counts}",
@@ -319,19 +322,21 @@ def refuse_candidate(state: LifecycleState, reason: str, message: str, now: floa
 
 def _roll_back(state: LifecycleState, now: float, reason: str, message: str) -> Step:
     candidate = state.candidate or ""
-    back = replace(state, candidate=None, candidate_acceptance_length=None, canary=None, rollbacks=state.rollbacks + 1,
-                   last_canary_reason=reason, last_canary_message=f"{candidate} rolled back: {message}")
+    back = replace(state, candidate=None, candidate_acceptance_length=None, canary=None, canary_pods=(),
+                   rollbacks=state.rollbacks + 1, last_canary_reason=reason,
+                   last_canary_message=f"{candidate} rolled back: {message}")
     step = _to(back, Phase.ROLLED_BACK, now, reason, message, capture=state.capture_enabled)
-    return _with(step, act.RollBack(candidate, reason, message))
+    return _with(step, act.RollBack(candidate, reason, message, state.canary_pods))
 
 
 def _pinned(state: LifecycleState, inputs: LifecycleInput, now: float) -> Step:
     actions: list[act.Action] = []
     if state.phase is Phase.CANARY:
-        actions.append(act.RollBack(state.candidate or "", "DraftPinned", "spec.draftPin is set"))
+        actions.append(act.RollBack(state.candidate or "", "DraftPinned", "spec.draftPin is set", state.canary_pods))
     if state.active_run is not None:
         actions.append(act.CancelTraining(state.active_run, "DraftPinned", "spec.draftPin is set"))
-    cleared = replace(state, active_run=None, candidate=None, candidate_acceptance_length=None, canary=None)
+    cleared = replace(state, active_run=None, candidate=None, candidate_acceptance_length=None, canary=None,
+                      canary_pods=())
     step = _to(cleared, Phase.SERVING, now, "DraftPinned", f"serving pinned draft {inputs.draft_pin}", capture=False)
     return Step((*actions, *step.actions), step.state, step.reason, step.message)
 
@@ -345,6 +350,7 @@ def _target_changed(state: LifecycleState, inputs: LifecycleInput, params: Lifec
     fresh = LifecycleState(
         target_revision=inputs.target_revision,
         run_counter=state.run_counter,
+        last_run=state.last_run,
         capture_enabled=state.capture_enabled,
     )
     phase = Phase.COLLECTING if params.capture.enabled else Phase.SERVING

@@ -6,6 +6,8 @@ use them are in control/lifecycle.py.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -85,6 +87,7 @@ class LifecycleInput:
     # modelled speedup at batch_size, not against a served draft's acceptance.
     first_draft: bool = False
     batch_size: float | None = None  # running requests per engine, for the first draft's speedup
+    ready_pods: tuple[str, ...] = ()  # serving pods that are ready and answer: a canary starts on some of them
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,9 @@ class LifecycleState:
     last_promotion_at: float | None = None
     promoted_acceptance_length: float | None = None  # canary's live mean at the last promotion
     canary: CanaryAnalysis | None = None
+    # The pods that got the candidate when the canary started: a rollback swaps exactly these back.
+    canary_pods: tuple[str, ...] = ()
+    last_run: str | None = None  # the latest run id launched (None in state from before run ids had a prefix)
     # How the last canary ended (CanarySuccessful, CanaryFailed, ChecksumMismatch, ...) and why:
     # status keeps saying so until the next canary, long after the one-pass Promoted/RolledBack.
     last_canary_reason: str | None = None
@@ -116,6 +122,9 @@ class LifecycleParams:
     training: TrainingParams = field(default_factory=TrainingParams)
     canary: CanaryParams = field(default_factory=CanaryParams)
     first_draft: FirstDraftParams = field(default_factory=FirstDraftParams)
+    # metadata.uid of the TideDeployment: its run ids start with a hash of it, so a TideDeployment
+    # recreated under the same name never reuses an old run's Job name or candidates/<run id>.
+    deployment_uid: str = ""
 
 
 @dataclass(frozen=True)
@@ -124,3 +133,27 @@ class Step:
     state: LifecycleState
     reason: str
     message: str
+
+
+RUN_PREFIX_LENGTH = 8
+
+
+def run_id_for(counter: int, deployment_uid: str = "") -> str:
+    """Run ids are deterministic: the trainer Job name and candidates/<run id> derive from them.
+
+    ``<hash of the TideDeployment's UID>-r<counter>`` ("3fa9c2d1-r7"): a TideDeployment deleted and
+    recreated under the same name starts its counter again, but under a new hash. Without a UID
+    (state from before, tests of the pure logic) the id is the old ``r<counter>``.
+    """
+    if not deployment_uid:
+        return f"r{counter}"
+    return f"{hashlib.sha256(deployment_uid.encode()).hexdigest()[:RUN_PREFIX_LENGTH]}-r{counter}"
+
+
+def run_number(run_id: str) -> int | None:
+    """The counter of a run id of either form ("r7", "3fa9c2d1-r7"), None for another id (a seed)."""
+    match = _RUN_NUMBER.fullmatch(run_id)
+    return int(match.group(1)) if match else None
+
+
+_RUN_NUMBER = re.compile(rf"(?:[0-9a-f]{{{RUN_PREFIX_LENGTH}}}-)?r([0-9]+)")

@@ -65,6 +65,7 @@ class Observation:
     training: TrainingObservation | None = None
     canary: PodGroupMetrics | None = None
     control: PodGroupMetrics | None = None
+    ready_pods: tuple[str, ...] = ()  # serving pods ready and answering their control routes
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class PolicyParams:
     # Prometheus' rate window (operator config prometheusWindowSeconds): for this long after a
     # promotion the fleet's numbers still mix in the previous draft.
     observation_window_s: float = 60.0
+    deployment_uid: str = ""  # metadata.uid: run ids start with a hash of it (lifecycle_types.run_id_for)
 
     def __post_init__(self) -> None:
         if self.observation_window_s < 0:
@@ -239,6 +241,7 @@ def _lifecycle_input(
         control=observation.control,
         draft_pin=params.draft_pin,
         abort_canary=params.abort_canary,
+        ready_pods=observation.ready_pods,
         first_draft=observation.promoted_version is None,  # nothing but the bootstrap head at K=0 served
         batch_size=observation.batch_size,
     )
@@ -260,7 +263,8 @@ def _speculation_action(
         moved = state.table_acceptance is None or abs(a - state.table_acceptance) > (
             params.decision.hysteresis_percent / 100
         )
-        if moved:
+        # The last band ends at the engine's max_num_seqs: a fleet reporting another one gets a new table.
+        if moved or (table is not None and table[-1][1] != params.max_batch_size):
             rows = tokens_per_batch_size_table(
                 a, params.num_speculative_tokens, params.max_batch_size, params.profile,
                 params.decision.off_threshold,
@@ -299,4 +303,4 @@ def _lc(params: PolicyParams) -> LifecycleParams:
     # A first draft is promoted only if speculation would switch on with it (its on-threshold, its model).
     first = FirstDraftParams(params.num_speculative_tokens, params.decision.on_threshold, params.profile)
     return LifecycleParams(capture=params.capture, training=params.training, canary=params.canary,
-                           first_draft=first)
+                           deployment_uid=params.deployment_uid, first_draft=first)

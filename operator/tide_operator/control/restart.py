@@ -10,7 +10,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from tide_operator.control.canary import CanaryAnalysis
-from tide_operator.control.lifecycle import LifecycleState, Phase, run_id_for
+from tide_operator.control.lifecycle import LifecycleState, Phase, run_number
 
 
 def lifecycle_to_dict(state: LifecycleState) -> dict[str, Any]:
@@ -25,6 +25,7 @@ def lifecycle_from_dict(data: dict[str, Any]) -> LifecycleState:
     fields["phase"] = Phase(fields.get("phase", Phase.COLLECTING.value))
     canary = fields.get("canary")
     fields["canary"] = CanaryAnalysis(**canary) if canary is not None else None
+    fields["canary_pods"] = tuple(fields.get("canary_pods", ()))  # JSON gives a list
     return LifecycleState(**fields)
 
 
@@ -35,10 +36,10 @@ def rebuild_lifecycle(status: dict[str, Any] | None, job_run_ids: list[str], now
     a Job that status does not know about (status write lost) is adopted instead of relaunched.
     """
     state = lifecycle_from_dict(status) if status else LifecycleState(phase_since=now)
-    numbers = [int(r[1:]) for r in job_run_ids if r.startswith("r") and r[1:].isdigit()]
-    if numbers and max(numbers) > state.run_counter:
-        newest = run_id_for(max(numbers))
-        state = replace(state, run_counter=max(numbers))
+    numbered = {n: r for r in job_run_ids if (n := run_number(r)) is not None}
+    if numbered and max(numbered) > state.run_counter:
+        newest = numbered[max(numbered)]
+        state = replace(state, run_counter=max(numbered), last_run=newest)
         if state.phase in (Phase.SERVING, Phase.COLLECTING) and state.active_run is None:
             state = replace(state, phase=Phase.TRAINING, phase_since=now, active_run=newest)
     return state

@@ -6,7 +6,7 @@ one uses the documented default profile.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.units import duration_seconds, quantity_bytes
@@ -17,9 +17,25 @@ from tide_operator.control.lifecycle import CaptureParams, TrainingParams
 from tide_operator.control.policy import PolicyParams
 from tide_operator.control.speculation import DecisionParams, SpeculationMode
 
+DEFAULT_MAX_BATCH_SIZE = 256  # vLLM's default max_num_seqs, when no pod reports its own
+
+
+def fleet_max_batch_size(reported: Iterable[int | None], table: Iterable[Sequence[int]] | None = None) -> int:
+    """The table's last batch size: the smallest max_num_seqs the ready pods report.
+
+    A batch never exceeds it on the pod with the smallest one. When none reports (no pod ready, an
+    older plugin), the table in force keeps its cap, so pods coming and going do not retune it.
+    """
+    known = [n for n in reported if n is not None and n >= 1]
+    if known:
+        return min(known)
+    bands = list(table or ())
+    return int(bands[-1][1]) if bands else DEFAULT_MAX_BATCH_SIZE
+
 
 def policy_params(spec: TideDeploymentSpec, profile_points: Iterable[tuple[int, int, int]] | None = None,
-                  max_batch_size: int = 256, observation_window_s: float = 60.0) -> PolicyParams:
+                  max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, observation_window_s: float = 60.0,
+                  deployment_uid: str = "") -> PolicyParams:
     control = spec.control
     points = profile_points
     if points is None and control.cost_profile is not None and control.cost_profile.points:
@@ -61,6 +77,7 @@ def policy_params(spec: TideDeploymentSpec, profile_points: Iterable[tuple[int, 
             measurement_interval_s=measurement_interval(duration_seconds(control.canary.analysis_window))),
         profile=CostProfile.from_spec_points(points) if points else DEFAULT_PROFILE,
         observation_window_s=observation_window_s,
+        deployment_uid=deployment_uid,
     )
 
 

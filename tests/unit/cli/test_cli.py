@@ -48,6 +48,13 @@ def test_status_shows_phase_conditions_pools_draft_speculation_and_decision() ->
     assert any("CanaryAborted" in line and "RollBack: r6" in line for line in lines)
 
 
+def test_status_names_the_canary_pods_only_during_a_canary() -> None:
+    during = tide_deployment()
+    during["status"]["canary"] = {"candidate": "3fa9c2d1-r7", "pods": ["chat-vllm-a", "chat-vllm-b"]}
+    assert "Canary:          3fa9c2d1-r7 on chat-vllm-a, chat-vllm-b" in render_status(during, now=NOW).splitlines()
+    assert "Canary:" not in render_status(tide_deployment(), now=NOW)
+
+
 def test_status_of_a_fresh_object_says_what_is_missing() -> None:
     fresh = {"metadata": {"name": "chat", "namespace": "llm", "generation": 2}, "status": {}}
     text = render_status(fresh, now=NOW)

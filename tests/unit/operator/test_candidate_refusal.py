@@ -184,6 +184,9 @@ class ScriptedEffects:
     def converge(self, speculation: bool, capture: bool, bands: object = None) -> list[str]:
         return []
 
+    def converge_drafts(self, canary: object) -> list[str]:
+        return []
+
 
 def status_with(lifecycle: LifecycleState) -> StatusDraft:
     state = PolicyState(lifecycle=lifecycle)

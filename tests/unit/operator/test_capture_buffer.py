@@ -10,7 +10,7 @@ from botocore.exceptions import EndpointConnectionError
 from tide_contracts.registry import CaptureLimits, CaptureObject, captures_to_prune
 from tide_operator.api import parse_spec
 from tide_operator.capture_buffer import captures_to_delete, prune_capture_buffer
-from tide_operator.capture_retention import enforce_retention, parse_claims, running_runs
+from tide_operator.capture_retention import _newest_first, enforce_retention, parse_claims, running_runs
 from tide_operator.config import OperatorConfig
 from tide_operator.control.lifecycle import CaptureParams
 from tide_operator.retention_timer import retention_pass
@@ -167,3 +167,9 @@ def test_an_invalid_spec_is_never_pruned(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(retention_timer, "make_registry", refuse)
     body = {"metadata": {"name": "chat", "namespace": "ns"}, "spec": {"target": {"model": "m"}}}
     assert retention_pass(body, FakeCluster([]), OperatorConfig(), NOW) == []
+
+
+def test_the_newest_runs_come_first_by_counter_in_either_id_form() -> None:
+    # The trainer's throughput is read from the newest reports: r10 after r9, whatever the prefix.
+    assert _newest_first(["r9", "3fa9c2d1-r10", "seed", "3fa9c2d1-r2"]) == ["3fa9c2d1-r10", "r9", "3fa9c2d1-r2",
+                                                                           "seed"]

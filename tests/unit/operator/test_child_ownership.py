@@ -6,9 +6,10 @@ from typing import Any
 
 from tide_operator.api import TideDeploymentStatus
 from tide_operator.config import OperatorConfig, StorageConfig
-from tide_operator.control.lifecycle import LifecycleState
+from tide_operator.control.lifecycle import LifecycleState, run_id_for
 from tide_operator.control.placement import NodeInventory
 from tide_operator.control.policy import PolicyState
+from tide_operator.manifests import names
 from tide_operator.reconcile import child_names, reconcile
 
 # The spec runs under the operator's identity (no credentialsSecret): its bucket must be lent.
@@ -60,16 +61,21 @@ def test_foreign_children_are_named_in_degraded_with_a_warning_and_nothing_is_wr
 
 def test_the_names_checked_are_the_children_and_the_next_trainer_job() -> None:
     fresh = TideDeploymentStatus()
-    assert child_names("chat", fresh) == [("Secret", "chat-control"), ("ConfigMap", "chat-serving"),
-                                          ("Service", "chat-vllm"), ("Deployment", "chat-vllm"),
-                                          ("PodDisruptionBudget", "chat-vllm"), ("Job", "chat-train-r1")]
+    first = names.trainer_job_name("chat", run_id_for(1, UID))
+    assert child_names("chat", fresh, UID) == [("Secret", "chat-control"), ("ConfigMap", "chat-serving"),
+                                               ("Service", "chat-vllm"), ("Deployment", "chat-vllm"),
+                                               ("PodDisruptionBudget", "chat-vllm"), ("Job", first)]
+    assert first.startswith("chat-train-")
+    assert first.endswith("-r1")
+    assert first != "chat-train-r1"
     after_two_runs = fresh.model_copy(update={"control_state": PolicyState(
         lifecycle=LifecycleState(run_counter=2)).to_dict()})
-    assert child_names("chat", after_two_runs)[-1] == ("Job", "chat-train-r3")
+    assert child_names("chat", after_two_runs, UID)[-1] == ("Job", names.trainer_job_name("chat", run_id_for(3, UID)))
 
 
 def test_a_namesake_of_the_next_trainer_job_is_a_conflict() -> None:
-    taken = {("Job", "chat-train-r1"): owned_by(None, "chat-train-r1")}
+    job = names.trainer_job_name("chat", run_id_for(1, UID))
+    taken = {("Job", job): owned_by(None, job)}
     result = reconcile(BODY, ReadOnlyCluster(taken), LENDS_TIDE, adopt=lambda c: c)  # type: ignore[arg-type]
     degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
-    assert "Job chat-train-r1 exists with no owner" in degraded["message"]
+    assert f"Job {job} exists with no owner" in degraded["message"]

@@ -9,10 +9,12 @@ import pytest
 
 from tide_operator.api.status import Phase, TideDeploymentStatus
 from tide_operator.control import actions as act
+from tide_operator.control.canary import CanaryAnalysis
 from tide_operator.control.lifecycle import LifecycleState, TrainingObservation, TrainingStatus
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState
 from tide_operator.control_loop import EffectError, SensorReading, control_pass
+from tide_operator.pod_convergence import CanaryPods
 from tide_operator.serving_status import StatusDraft
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -28,12 +30,19 @@ class RecordingEffects:
         self.fail_on = fail_on
         self.lagging = lagging or []  # pods that missed a switch: converge corrects them
         self.converged: list[tuple[bool, bool]] = []
+        self.stale: list[str] = []  # pods serving another draft: converge_drafts swaps them
+        self.draft_calls: list[object] = []
 
     def converge(self, speculation: bool, capture: bool, bands: object = None) -> list[str]:
         self.converged.append((speculation, capture))
         self.bands = bands
         fixed, self.lagging = self.lagging, []
         return fixed
+
+    def converge_drafts(self, canary: object) -> list[str]:
+        self.draft_calls.append(canary)
+        swapped, self.stale = self.stale, []
+        return swapped
 
     def _do(self, action: act.Action) -> None:
         if self.fail_on is not None and isinstance(action, self.fail_on):
@@ -119,6 +128,54 @@ def test_pods_that_missed_a_switch_are_converged_in_a_later_pass_and_it_is_an_ev
             assert [e.message for e in draft.events if e.reason == "PodsConverged"] == [
                 "chat-vllm-new: capture on (missed while it started)"]
     assert converged_in
+
+
+def _settled() -> StatusDraft:
+    """Passes until one switches nothing (speculation on, its table retuned to the measured a)."""
+    draft = serving_draft()
+    for now in (0.0, 30.0, 60.0):
+        draft = serving_draft(control_state=draft.status.control_state)
+        effects = RecordingEffects()
+        control_pass(draft, PARAMS, SensorReading(GOOD_DRAFT_LOW_LOAD), effects, now=now)
+    assert not any(isinstance(a, act.SetSpeculation | act.SetCapture) for a in effects.done)
+    return draft
+
+
+def _in_canary(draft: StatusDraft) -> StatusDraft:
+    """The pass's state from ``draft`` with a canary of c1 on chat-vllm-a running since t=0."""
+    state = PolicyState.from_dict(draft.status.control_state)
+    canary = replace(state.lifecycle, phase=LifecyclePhase.CANARY, phase_since=0.0, candidate="c1",
+                     candidate_acceptance_length=2.6, canary=CanaryAnalysis(started_at=0.0),
+                     canary_pods=("chat-vllm-a",))
+    return serving_draft(control_state=replace(state, lifecycle=canary).to_dict())
+
+
+def test_drafts_converge_to_the_canary_and_the_pointer_and_it_is_an_event_naming_the_pods():
+    draft = _in_canary(_settled())
+    effects = RecordingEffects()
+    effects.stale = ["chat-vllm-b: draft initial -> v3"]
+    control_pass(draft, PARAMS, SensorReading(GOOD_DRAFT_LOW_LOAD), effects, now=90.0)
+    assert not any(isinstance(a, act.SetSpeculation | act.SetCapture) for a in effects.done)
+    assert effects.draft_calls == [CanaryPods("c1", ("chat-vllm-a",))]
+    assert [e.message for e in draft.events if e.reason == "DraftsConverged"] == ["chat-vllm-b: draft initial -> v3"]
+    assert draft.status.canary is not None
+    assert (draft.status.canary.candidate, draft.status.canary.pods) == ("c1", ("chat-vllm-a",))
+
+
+def test_a_pass_that_moves_drafts_itself_or_a_pinned_draft_leaves_the_stragglers_to_later():
+    draft = _settled()
+    aborted = RecordingEffects()
+    canary = _in_canary(draft)
+    control_pass(canary, replace(PARAMS, abort_canary=True), SensorReading(GOOD_DRAFT_LOW_LOAD), aborted, now=90.0)
+    assert any(isinstance(a, act.RollBack) and a.pods == ("chat-vllm-a",) for a in aborted.done)
+    assert aborted.draft_calls == []
+    assert canary.status.canary is None  # the canary is over
+    for now in (90.0, 120.0):  # the first pinned pass turns capture off: the second switches nothing
+        draft, pinned = serving_draft(control_state=draft.status.control_state), RecordingEffects()
+        control_pass(draft, replace(PARAMS, draft_pin="v1"),
+                     SensorReading(replace(GOOD_DRAFT_LOW_LOAD, promoted_version="v1")), pinned, now=now)
+    assert pinned.converged  # the switches were converged in this pass, the drafts were not
+    assert pinned.draft_calls == []
 
 
 def test_a_paused_deployment_leaves_its_pods_as_they_are():

@@ -128,6 +128,9 @@ class RecordingEffects:
     def converge(self, speculation: bool, capture: bool, bands: object = None) -> list[str]:
         return []
 
+    def converge_drafts(self, canary: object) -> list[str]:
+        return []
+
     def last_run(self) -> str | None:
         runs = [a.run_id for a in self.done if isinstance(a, act.LaunchTraining)]
         return runs[-1] if runs else None

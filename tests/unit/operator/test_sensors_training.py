@@ -65,6 +65,12 @@ def test_launch_time_is_the_latest_runs_job_creation():
     assert last_launch_time("chat", "ns", _state(run_counter=3), cluster) == 0.0  # Job gone
 
 
+def test_launch_time_follows_the_remembered_run_id_and_old_state_the_old_ids():
+    cluster = FakeCluster([_job("r2", "2026-12-02T14:00:00Z"), _job("3fa9c2d1-r2", "2026-12-02T14:10:00Z")])
+    assert last_launch_time("chat", "ns", _state(run_counter=2, last_run="3fa9c2d1-r2"), cluster) == 1796220600.0
+    assert last_launch_time("chat", "ns", _state(run_counter=2), cluster) == 1796220000.0  # status from before
+
+
 def test_evaluating_reads_the_candidates_report_baseline():
     state = _state(phase=Phase.EVALUATING, candidate="r1", candidate_acceptance_length=2.9)
     seen = trainer_outcome("chat", "ns", state, FakeCluster([]), FakeRegistry())

@@ -101,9 +101,9 @@ ARCH = {"speculators_model_type": "eagle3", "draft_vocab_size": 512, "target_hid
 
 
 class FakeEngine:
-    def __init__(self, fail_reload: bool = False) -> None:
+    def __init__(self, fail_reload: bool = False, max_num_seqs: int | None = 128) -> None:
         self.calls: list[str] = []
-        self.fail_reload = fail_reload
+        self.fail_reload, self.max_num_seqs = fail_reload, max_num_seqs
         self.draft = {"version": "initial", "target_revision": "rev-1", "source": "/launch"}
         self.capture = {"enabled": False, "sampling_rate": 0.1, "destination": None,
                         "counters": {"captured_tokens": 0}}
@@ -113,7 +113,8 @@ class FakeEngine:
         if method == "tide_status":
             return [{"rank": 0, "engine": {"supported": True, "reason": "tested"}, "draft": dict(self.draft),
                      "num_speculative_tokens": 3,
-                     "architecture": architecture_from_config(ARCH).to_json(), "capture": self.capture}]
+                     "architecture": architecture_from_config(ARCH).to_json(), "capture": self.capture}
+                    | ({"max_num_seqs": self.max_num_seqs} if self.max_num_seqs is not None else {})]
         if method == "tide_reload_draft":
             if self.fail_reload and args[1] != "initial":
                 raise RuntimeError("shape mismatch in layers.0")
@@ -150,6 +151,14 @@ def version_dir(root: Path, revision: str = "rev-1") -> Path:
     (root / "manifest.json").write_text(json.dumps({"kind": "draft", "run_id": "r", "created_at": "2026-12-02",
                                                     "target_revision": revision, "files": files}))
     return root
+
+
+def test_status_reports_the_engines_max_num_seqs_and_none_from_an_older_worker(tmp_path: Path) -> None:
+    assert asyncio.run(control(tmp_path, FakeEngine(max_num_seqs=128)).status()).max_num_seqs == 128
+    assert asyncio.run(control(tmp_path, FakeEngine(max_num_seqs=None)).status()).max_num_seqs is None
+    with pytest.raises(ValueError, match="max_num_seqs"):  # the contract's bound: an engine batches >= 1
+        sc.ServingStatus.model_validate({**asyncio.run(control(tmp_path, FakeEngine()).status()).model_dump(),
+                                         "max_num_seqs": 0})
 
 
 def test_swap_pauses_reloads_and_resumes(tmp_path: Path) -> None:

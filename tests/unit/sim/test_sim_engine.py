@@ -39,6 +39,13 @@ def test_acceptance_by_version_and_domain_with_wildcards() -> None:
     assert Scenario().acceptance_for("initial", "general") == Scenario().default_acceptance
 
 
+def test_a_candidate_named_by_the_operators_run_id_is_found_by_its_counter() -> None:
+    table = Scenario(acceptance={"r1": {"general": 0.8}, "*": {"general": 0.3}})
+    assert table.acceptance_for("3fa9c2d1-r1", "general") == 0.8  # <uid hash>-r1: the scenario's r1
+    assert table.acceptance_for("3fa9c2d1-r2", "general") == 0.3
+    assert table.acceptance_for("xyz-r1", "general") == 0.3  # not the operator's form
+
+
 def test_timeline_picks_the_last_started_phase() -> None:
     assert SCENARIO.domain_at(0) == "general"
     assert SCENARIO.domain_at(9.9) == "general"

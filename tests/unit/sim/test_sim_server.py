@@ -94,6 +94,11 @@ def test_pod_without_speculative_config_has_no_draft_and_no_spec_counters(start_
     assert err.value.code is sc.ErrorCode.RESTART_REQUIRED
 
 
+def test_status_reports_max_num_seqs_as_launched(start_sim: Any) -> None:
+    assert _client(start_sim("--max-num-seqs", "48")).status().max_num_seqs == 48
+    assert _client(start_sim()).status().max_num_seqs == 256  # vLLM's default
+
+
 def test_control_routes_need_the_bearer_token(start_sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     sim = start_sim()
     with pytest.raises(sc.ServingControlError) as err:
