@@ -103,13 +103,20 @@ def run_heartbeats(api: client.ApiClient, nodes: list[FakeNode], stop: threading
     while not stop.is_set():
         silent = lost()
         for node in (n for n in nodes if n.name not in silent):
-            try:
-                renew(core, coordination, node)
-            except ApiException as e:
-                if e.status == 404:
-                    register(core, node)  # someone deleted the Node: a kubelet re-registers
-                else:
-                    log.warning("heartbeat for %s failed: %s", node.name, e.reason)
-            except (HTTPError, OSError) as e:  # the apiserver away (restarting): beat again next period
-                log.warning("heartbeat for %s failed: %s", node.name, e)
+            _beat(core, coordination, node)
         stop.wait(period_s)
+
+
+def _beat(core: client.CoreV1Api, coordination: client.CoordinationV1Api, node: FakeNode) -> None:
+    """One heartbeat; a failure is logged and the next period tries again (the thread never dies)."""
+    try:
+        try:
+            renew(core, coordination, node)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            register(core, node)  # someone deleted the Node: a kubelet re-registers
+    except ApiException as e:
+        log.warning("heartbeat for %s failed: %s", node.name, e.reason)
+    except (HTTPError, OSError) as e:  # the apiserver away (restarting)
+        log.warning("heartbeat for %s failed: %s", node.name, e)
