@@ -34,6 +34,7 @@ from tide_operator.manifests.disruption import KIND as DISRUPTION_BUDGET
 from tide_operator.manifests.disruption import build_disruption_budget
 from tide_operator.manifests.ownership import ChildConflict, conflict, describe
 from tide_operator.manifests.serving import (
+    bootstrap_draft_of,
     build_service,
     build_serving_configmap,
     build_serving_deployment,
@@ -175,7 +176,8 @@ def _apply_children(name: str, namespace: str, spec: TideDeploymentSpec, placeme
     # The control token is kept, or rotated once per new tide.dev/rotate-token value (pods re-read it).
     cluster.apply(adopt(token), live[("Secret", token["metadata"]["name"])])
     # Pods that cannot switch speculation at runtime were rolled with the policy's table: keep it.
-    bands = launch_bands_with(launch_bands_of(live[("Deployment", names.serving_name(name))]), bootstrap)
+    deployment = live[("Deployment", names.serving_name(name))]
+    bands = launch_bands_with(launch_bands_of(deployment), bootstrap, bootstrap_draft_of(deployment))
     return tuple(cluster.apply(child, live[(child["kind"], child["metadata"]["name"])])
                  for child in map(adopt, _children(name, namespace, spec, placement, config, bands,
                                                                          bootstrap)))

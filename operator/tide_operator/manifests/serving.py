@@ -52,8 +52,16 @@ def bootstrap_draft_of(deployment: dict[str, Any] | None) -> str | None:
     return ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(BOOTSTRAP_DRAFT_ANNOTATION) or None
 
 
-def launch_bands_with(live_bands: Bands | None, bootstrap_draft: str | None) -> Bands | None:
-    """The bands the pods launch with: as last rolled; a bootstrap head starts at K=0 everywhere."""
+def launch_bands_with(live_bands: Bands | None, bootstrap_draft: str | None,
+                      live_bootstrap: str | None = None) -> Bands | None:
+    """The bands the pods launch with: as last rolled; a bootstrap head starts at K=0 everywhere.
+
+    ``live_bootstrap``: the head the live Deployment was rolled with. When the pods leave it (a
+    spec.draft.initial given later, or a new target revision whose head is not written yet), its K=0
+    goes with it: the spec's table again.
+    """
+    if live_bootstrap and not bootstrap_draft and live_bands == OFF_BANDS:
+        return None
     if live_bands is not None:
         return live_bands
     return OFF_BANDS if bootstrap_draft else None

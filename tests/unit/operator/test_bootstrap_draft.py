@@ -113,6 +113,10 @@ def test_the_pods_launch_with_the_head_at_k0_and_the_deployment_remembers_it() -
     initial = build_serving_deployment("chat", "team", spec_with(), placement(), OperatorConfig(), launch_bands=None)
     assert BOOTSTRAP_DRAFT_ANNOTATION not in initial["metadata"]["annotations"]
     assert launch_bands_with(None, None) is None
+    # The pods leave the head (draft.initial given later, or a new revision's head not written yet): K=0 goes too.
+    assert launch_bands_with(OFF_BANDS, None, HEAD) is None
+    assert launch_bands_with(OFF_BANDS, HEAD, HEAD) == OFF_BANDS
+    assert launch_bands_with(OFF_BANDS, None, None) == OFF_BANDS  # rolled off for speculation: kept
 
 
 class FakeCluster:
