@@ -20,6 +20,7 @@ trainer is the one the shift starts (TIDE starts collecting at once otherwise).
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ from tests.integration.promotion_flow import (
     trainer_log,
     upload,
 )
-from tide_contracts.registry import Manifest
+from tide_contracts.registry import DraftRegistry, Manifest
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 
 pytestmark = pytest.mark.integration
@@ -218,3 +219,15 @@ def test_candidate_worse_on_live_traffic_is_rolled_back(kube, namespace, operato
     warnings = client.CoreV1Api(kube).list_namespaced_event(
         namespace, field_selector="involvedObject.name=chat,type=Warning").items
     assert any((e.message or "").startswith("RollBack:") for e in warnings)
+
+    # The pointer flips outside a canary (someone promotes the candidate by hand): every pod serves a
+    # stale draft now. Convergence compares versions and swaps them, one pod per pass here, naming them.
+    # (A second run may already be training: its canary pod would go from v1 to its candidate instead.)
+    patch_spec(kube, namespace, {"control": {"training": {"sampleThreshold": 4096}}})
+    DraftRegistry(s3, bucket, prefix).promote(r1, target_revision=REVISION, tokenizer_hash=None,
+                                               now=datetime.now(UTC), reason="promoted by hand")
+    wait_for(lambda: "v1" not in pod_drafts(kube, namespace).values(), "no pod left on v1", timeout_s=60)
+    swapped = wait_for(lambda: " ".join(events(kube, namespace, reason="DraftsConverged")) or None,
+                       "the DraftsConverged Event", timeout_s=30)
+    assert "v2" in pod_drafts(kube, namespace).values()
+    assert any(f"{pod}: draft v1 -> v2" in swapped for pod in pod_drafts(kube, namespace)), swapped
