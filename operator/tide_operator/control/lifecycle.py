@@ -56,7 +56,7 @@ def _capture_allowed(before: LifecycleState, step: Step, params: LifecycleParams
     """spec.control.capture.enabled=false wins in every phase: captures derive from user prompts."""
     if params.capture.enabled or not step.state.capture_enabled:
         return step
-    actions = tuple(a for a in step.actions if not isinstance(a, act.SetCapture))
+    actions: tuple[act.Action, ...] = tuple(a for a in step.actions if not isinstance(a, act.SetCapture))
     if before.capture_enabled:
         actions += (act.SetCapture(False, "CaptureDisabled", "spec.control.capture.enabled is false"),)
     return Step(actions, replace(step.state, capture_enabled=False), step.reason, step.message)

@@ -26,7 +26,7 @@ APPLIED_HASH_ANNOTATION = "tide.dev/applied-hash"
 
 def with_applied_hash(desired: dict[str, Any]) -> dict[str, Any]:
     """``desired`` without None values, annotated with the hash of exactly that object."""
-    body = _without_none(desired)
+    body: dict[str, Any] = _without_none(desired)
     body["metadata"].get("annotations", {}).pop(APPLIED_HASH_ANNOTATION, None)
     digest = stable_hash(body)
     body["metadata"]["annotations"] = {**body["metadata"].get("annotations", {}), APPLIED_HASH_ANNOTATION: digest}
