@@ -57,16 +57,17 @@ def test_local_head_has_the_targets_shape_and_tensors(tmp_path: Path, capsys: py
 
 
 def test_s3_head_is_written_manifest_last_and_kept_on_a_retry(tmp_path: Path, s3: object) -> None:
-    s3.create_bucket(Bucket="reg")  # type: ignore[attr-defined]
+    bucket = "init-head"  # the suite shares one S3 server: a bucket no other test writes
+    s3.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
     target = write_target(tmp_path / "target")
-    output = "s3://reg/ns/chat/bootstrap/abc"
+    output = f"s3://{bucket}/ns/chat/bootstrap/abc"
     assert _init(target, output, tmp_path / "w1") == ExitCode.OK
-    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="reg")["Contents"])  # type: ignore[attr-defined]
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"])  # type: ignore[attr-defined]
     assert keys == [f"ns/chat/bootstrap/abc/{n}" for n in ("config.json", "manifest.json", "model.safetensors")]
-    first = s3.get_object(Bucket="reg", Key="ns/chat/bootstrap/abc/model.safetensors")["ETag"]  # type: ignore[attr-defined]
+    first = s3.get_object(Bucket=bucket, Key="ns/chat/bootstrap/abc/model.safetensors")["ETag"]  # type: ignore[attr-defined]
     # A retried Job (same revision) keeps the head: no second upload, even with another seed.
     assert _init(target, output, tmp_path / "w2", "--seed", "9") == ExitCode.OK
-    again = s3.get_object(Bucket="reg", Key="ns/chat/bootstrap/abc/model.safetensors")["ETag"]  # type: ignore[attr-defined]
+    again = s3.get_object(Bucket=bucket, Key="ns/chat/bootstrap/abc/model.safetensors")["ETag"]  # type: ignore[attr-defined]
     assert again == first
     # Another revision at the same place is refused (exit 6), the head stays.
     assert main(["init", "--target-model", str(target), "--target-revision", "rev-b", "--output", output,
