@@ -1,0 +1,1 @@
+"""The policy benchmark's parts: scenario generator, world, references, hindsight bound, operator driver, report."""

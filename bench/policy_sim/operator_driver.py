@@ -1,0 +1,179 @@
+"""'Ours': the operator's own control pass (control_loop.control_pass) on a simulated cluster.
+
+SimEffects implements control_loop.Effects the way effects.ClusterEffects carries each action out
+(spec.draft.initial is set, so the bootstrap-head paths do not apply):
+- SetSpeculation: every ready pod switches live with the policy's table (None = the launch table).
+- SetCapture: capture on or off on every pod.
+- LaunchTraining: a trainer Job from the pointer's draft on the newest window of the buffer.
+- CancelTraining: the Job is deleted: it never posts a result.
+- StartCanary: exactly the chosen pods load the candidate (their speculation is the fleet's).
+- Promote: the pointer moves to vN; every ready pod loads it.
+- RollBack: the canary pods load the pointer's draft again.
+- ServeDraft: every pod loads the named version (None: the launch draft).
+- InvalidateArtifacts: a no-op in production (readers ignore other revisions); a no-op here.
+- converge: pods never restart here, so none missed a switch (production returns [] then too);
+  converge_drafts swaps any pod whose draft is not the pointer's (or the canary's candidate).
+The sensors are read_sensors' composition from the world: Prometheus' view (served version's pods
+for acceptance, canary and control groups with throughput per engine), the buffer since the last
+launch, the trainer Job's outcome (exit 7 = NotBetter with its numbers) and the ready pods.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from bench.policy_sim import prometheus as prom
+from bench.policy_sim.world import G, MAX_BATCH_SIZE, REPLICAS, RATE_WINDOW_S, Deployment, Draft, World
+from tide_operator.api import TideDeploymentSpec
+from tide_operator.api.status import Phase, TideDeploymentStatus
+from tide_operator.control import actions as act
+from tide_operator.control.lifecycle import Phase as LifecyclePhase
+from tide_operator.control.lifecycle import TrainingObservation, TrainingStatus
+from tide_operator.control.policy import Observation, PolicyParams, PolicyState
+from tide_operator.control.spec_params import policy_params
+from tide_operator.control_loop import SensorReading, control_pass
+from tide_operator.pod_convergence import CanaryPods
+from tide_operator.serving_status import StatusDraft
+
+SPEC = {  # the product's defaults: only what a TideDeployment must say
+    "target": {"model": "s3://models/target", "revision": "rev-1"},
+    "draft": {"method": "eagle3", "initial": "s3://drafts/launch", "numSpeculativeTokens": G},
+    "inference": {"replicas": REPLICAS, "gpusPerReplica": 1},
+    "training": {"gpusPerJob": 1},
+    "storage": {"s3": {"bucket": "bench"}},
+}
+
+
+def operator_params(spec: dict | None = None) -> PolicyParams:
+    """What run_control builds: policy_params of the spec, the pods' max_num_seqs, the rate window."""
+    typed = TideDeploymentSpec.model_validate_json(json.dumps(spec or SPEC))
+    return policy_params(typed, max_batch_size=MAX_BATCH_SIZE, observation_window_s=RATE_WINDOW_S)
+
+
+@dataclass
+class SimEffects:
+    world: World
+    dep: Deployment
+    now: float = 0.0
+
+    def set_speculation(self, action: act.SetSpeculation) -> str | None:
+        for pod in self.dep.pods:
+            pod.enabled, pod.bands = action.enabled, action.tokens_per_batch_size if action.enabled else None
+        return None
+
+    def set_capture(self, action: act.SetCapture) -> None:
+        self.dep.capture = action.enabled
+
+    def launch_training(self, action: act.LaunchTraining) -> None:
+        self.world.launch_training(self.dep, action.run_id, self.now)
+
+    def cancel_training(self, action: act.CancelTraining) -> None:
+        if self.dep.job is not None and self.dep.job.run_id == action.run_id:
+            self.dep.job = None
+
+    def start_canary(self, action: act.StartCanary) -> None:
+        self._load(self.dep.versions[action.candidate], set(action.pods))
+
+    def promote(self, action: act.Promote) -> None:
+        self.dep.promotions += 1
+        promoted = Draft(f"v{self.dep.promotions}", self.dep.versions[action.candidate].live)
+        self.dep.versions[promoted.name] = self.dep.pointer = promoted
+        self._load(promoted, None)
+
+    def roll_back(self, action: act.RollBack) -> None:
+        self._load(self.dep.pointer, set(action.pods))
+
+    def serve_draft(self, action: act.ServeDraft) -> None:
+        self._load(self.dep.versions[action.version] if action.version else self.world.launch, None)
+
+    def invalidate(self, action: act.InvalidateArtifacts) -> None:
+        return  # production: readers ignore other revisions, retention deletes them
+
+    def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None) -> list[str]:
+        return []  # no pod here started after a switch
+
+    def converge_drafts(self, canary: CanaryPods | None) -> list[str]:
+        swapped = []
+        for pod in self.dep.pods:
+            wanted = self.dep.pointer
+            if canary is not None and pod.name in canary.pods:
+                wanted = self.dep.versions[canary.candidate]
+            if pod.draft.name != wanted.name:
+                pod.draft = wanted
+                swapped.append(f"{pod.name}: {wanted.name}")
+        return swapped
+
+    def _load(self, draft: Draft, pods: set[str] | None) -> None:
+        for pod in self.dep.pods:
+            if pods is None or pod.name in pods:
+                pod.draft = draft
+
+
+def sense(world: World, dep: Deployment, state: PolicyState, t: float) -> SensorReading:
+    """read_sensors + _with_fleet, from the world."""
+    v = prom.view(world, dep, t)
+    lifecycle = state.lifecycle
+    candidate = lifecycle.candidate if lifecycle.phase is LifecyclePhase.CANARY else None
+    total = prom.group(v, set(v.by_version), 0, world)
+    served = prom.group(v, {dep.pointer.name}, 0, world)
+    acceptance = served if served.drafted_tokens else total
+    canary = control = None
+    if candidate is not None:
+        canary = prom.pod_group(prom.group(v, {candidate}, 1, world))
+        control = prom.pod_group(prom.group(v, set(v.by_version) - {candidate}, 2, world))
+    observation = Observation(
+        acceptance_length=acceptance.acceptance_length if acceptance.drafted_tokens else None,
+        per_position_acceptance=(acceptance.position0,) if acceptance.position0 is not None else (),
+        batch_size=v.batch_size, acceptance_samples=acceptance.drafted_tokens,
+        buffer_samples=int(dep.samples_since_launch), promoted_version=dep.pointer.name,
+        training=_trainer_outcome(dep, state), canary=canary, control=control,
+        ready_pods=tuple(p.name for p in dep.pods),
+    )
+    return SensorReading(observation)
+
+
+def _trainer_outcome(dep: Deployment, state: PolicyState) -> TrainingObservation | None:
+    lifecycle = state.lifecycle
+    if lifecycle.phase is LifecyclePhase.EVALUATING and lifecycle.candidate is not None:
+        job = dep.finished[lifecycle.candidate]
+        return TrainingObservation(job.run_id, TrainingStatus.SUCCEEDED, job.eval_length, job.baseline_length)
+    run = lifecycle.active_run
+    if run is None:
+        return None
+    if dep.job is not None and dep.job.run_id == run:
+        return TrainingObservation(run, TrainingStatus.RUNNING)
+    job = dep.finished.get(run)
+    if job is None:
+        return TrainingObservation(run, TrainingStatus.MISSING)
+    status = TrainingStatus.SUCCEEDED if job.eval_length > job.baseline_length else TrainingStatus.NOT_BETTER
+    return TrainingObservation(run, status, job.eval_length, job.baseline_length)  # exit 7: not better
+
+
+class OperatorPolicy:
+    """Runs control_pass every tick on the world, with the status carried from pass to pass."""
+
+    def __init__(self, world: World, params: PolicyParams | None = None) -> None:
+        self.world, self.params = world, params or operator_params()
+        self.dep = Deployment.launched(world.launch)  # pods launch speculating with the launch table
+        self.effects = SimEffects(world, self.dep)
+        now = datetime.fromtimestamp(0, UTC)
+        self.draft = StatusDraft(TideDeploymentStatus(phase=Phase.SERVING), generation=1, now=now)
+
+    def tick(self, t: float) -> None:
+        stored = self.draft.status.control_state
+        state = PolicyState.from_dict(stored) if stored else PolicyState()
+        self.effects.now = t
+        self.draft.events.clear()
+        self.draft.now = datetime.fromtimestamp(t, UTC)
+        control_pass(self.draft, self.params, sense(self.world, self.dep, state, t), self.effects, t)
+
+    def before_step(self, i: int) -> None:
+        return None
+
+
+def always_on_params() -> PolicyParams:
+    """A deliberately broken policy for the check's own test: speculation forced on."""
+    spec = {**SPEC, "control": {"speculation": "On"}}
+    return replace(operator_params(spec))

@@ -1,0 +1,209 @@
+"""The world every policy runs in: true acceptance per draft and domain, costs, training, Prometheus' view.
+
+What it can punish, and why the numbers:
+- Regression: a trained candidate's live acceptance can be below its evaluation (with the scenario's
+  probability, by 0.04-0.12 per token on the domains it trained on): the held-out split is drawn from
+  the buffer, live traffic is not.
+- Forgetting: a round loses a share (0.1-0.35) of what the untrained domains had gained over the launch
+  draft (TIDE §VI leaves catastrophic forgetting under recurring workloads unevaluated).
+- Capture costs 2% of serving throughput while on: TIDE copies accepted tokens' hidden states device to
+  host and flushes them (about 100 MiB/s per instance for gpt-oss-120b, tide-paper.md §4) and claims
+  "no overhead" without measuring it; 2% is a pessimistic stand-in until bench/serving_capture.py's
+  engine share is measured on a GPU. A trainer Job costs 1% while it runs: it trains on the training
+  pool (other GPUs), so only its reads of the buffer share the serving pods' storage and network.
+- True draft and verify costs are 5% above the operator's profile (TIDE: its model within 9%).
+Noise is paired: every policy of a scenario reads the same noise at the same scrape, tick or step
+(arrays indexed by time and by the tick a run was launched at), not in the order it happens to ask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bench.policy_sim.generator import STEP_S, TICK_S, Scenario
+from tide_operator.control.cost_model import DEFAULT_PROFILE, expected_acceptance_length, tokens_for_batch_size
+
+Bands = tuple[tuple[int, int, int], ...]
+G = 3  # spec.draft.numSpeculativeTokens (TIDE's gamma)
+REPLICAS = 4
+MAX_BATCH_SIZE = 512
+MAX_BUFFER_SAMPLES = 4096  # spec.control.capture.maxBufferSamples: the trainer's window is the newest
+SAMPLE_THRESHOLD = 2048
+SCRAPE_S, RATE_WINDOW_S = 15.0, 300.0  # Prometheus: values as of the last scrape, rate(...[5m])
+ACCEPTANCE_NOISE, THROUGHPUT_NOISE, BATCH_NOISE = 0.03, 0.03, 0.10  # relative sd per query
+# Per-version counters: drafts, drafted tokens, accepted tokens, accepted at position 0, generated, pod-steps.
+DRAFTS, DRAFT_TOKENS, ACCEPTED, POSITION0, GENERATED, POD_STEPS = range(6)
+
+
+def true_speedup(a: float, g: int, b: float, cost_error: float) -> float:
+    if g == 0:
+        return 1.0
+    draft = DEFAULT_PROFILE.draft_cost(b) * (1 + cost_error)
+    verify = 1 + (DEFAULT_PROFILE.verify_cost(b, g) - 1) * (1 + cost_error)
+    return expected_acceptance_length(a, g) / (draft * g + verify)
+
+
+def best_g(a: float, b: float, cost_error: float) -> int:
+    return max(range(G + 1), key=lambda g: true_speedup(a, g, b, cost_error))
+
+
+def base_rate(b: float) -> float:
+    """Tokens/s per engine without speculation, up to a constant: b / T(b), T(n) = 1 + n / 320."""
+    return b / (1 + b / 320.0)
+
+
+@dataclass(frozen=True)
+class Draft:
+    name: str  # the version its pods report: "initial", "vN", or a candidate's run id
+    live: tuple[float, ...]  # true per-token acceptance per domain
+
+    def acceptance(self, weights: tuple[float, ...]) -> float:
+        return sum(w * a for w, a in zip(weights, self.live, strict=True))
+
+
+@dataclass
+class Pod:
+    name: str
+    draft: Draft
+    enabled: bool = True
+    bands: Bands | None = None  # None: the launch table (K = G at every batch size)
+    engine_g: int | None = None  # the engine's own per-step choice (TIDE-adaptive, the oracle)
+
+    def g_at(self, b: float) -> int:
+        if not self.enabled:
+            return 0
+        if self.engine_g is not None:
+            return self.engine_g
+        return G if self.bands is None else tokens_for_batch_size(self.bands, b)
+
+
+@dataclass(frozen=True)
+class Job:
+    run_id: str
+    finishes_at: float
+    candidate: Draft
+    eval_length: float  # the trainer's held-out acceptance length of the candidate
+    baseline_length: float  # and of the parent (served) draft on the same requests
+
+
+@dataclass
+class Deployment:
+    """One policy's copy of the deployment."""
+
+    pods: list[Pod]
+    pointer: Draft  # what the pointer names (the launch draft until a promotion)
+    capture: bool = False
+    buffer: list[tuple[float, tuple[float, ...]]] = field(default_factory=list)  # (samples, domain weights)
+    samples_since_launch: float = 0.0
+    job: Job | None = None
+    finished: dict[str, Job] = field(default_factory=dict)  # run id -> its Job, once it ended
+    versions: dict[str, Draft] = field(default_factory=dict)  # promoted versions and candidates by name
+    rows: list[dict[str, np.ndarray]] = field(default_factory=list)  # per-version counter increments per step
+    promotions: int = 0
+
+    @classmethod
+    def launched(cls, launch: Draft, enabled: bool = True) -> Deployment:
+        pods = [Pod(f"pod-{i}", launch, enabled) for i in range(REPLICAS)]
+        return cls(pods, launch, versions={launch.name: launch})
+
+
+class Noise:
+    """Pre-drawn streams, shared by every policy of a scenario (paired comparisons)."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        rng = np.random.default_rng([7, scenario.seed, len(scenario.name)])
+        scrapes, ticks = int(scenario.duration_s / SCRAPE_S) + 2, int(scenario.duration_s / TICK_S) + 2
+        self.acceptance = rng.normal(0, ACCEPTANCE_NOISE, (scrapes, 3))  # served, canary, control
+        self.throughput = rng.normal(0, THROUGHPUT_NOISE, (scrapes, 3))
+        self.batch = rng.normal(0, BATCH_NOISE, scrapes)
+        self.eval = rng.normal(0, scenario.world.eval_noise, (ticks, 2))  # candidate, baseline
+        lo, hi = scenario.world.regression
+        regress = rng.random(ticks) < scenario.world.regression_probability
+        self.regression = np.where(regress, rng.uniform(lo, hi, ticks), 0.0)
+        self.engine = rng.normal(0, 0.01, int(scenario.duration_s / STEP_S) + 2)  # in-engine monitor
+
+
+class World:
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario, self.params, self.noise = scenario, scenario.world, Noise(scenario)
+        self.times = np.arange(0.0, scenario.duration_s, STEP_S)
+        self.batches = [scenario.segment_at(t).batch_at(t) for t in self.times]
+        self.weights = [scenario.weights_at(t) for t in self.times]
+        self.launch = Draft("initial", scenario.launch)
+
+    def weight(self, i: int) -> float:
+        """No-speculation tokens of step i: the weight of its throughput ratio."""
+        return base_rate(self.batches[i])
+
+    def step(self, dep: Deployment, i: int) -> float:
+        """Serve step i; returns its throughput over no speculation (costs included)."""
+        t, b, w = float(self.times[i]), self.batches[i], self.weights[i]
+        rate, row, total = base_rate(b) * STEP_S, {}, 0.0
+        for pod in dep.pods:
+            a, g = pod.draft.acceptance(w), pod.g_at(b)
+            speedup = true_speedup(a, g, b, self.params.cost_error)
+            total += speedup
+            counters = row.setdefault(pod.draft.name, np.zeros(6))
+            tokens = rate * speedup
+            counters[GENERATED] += tokens
+            counters[POD_STEPS] += 1
+            if g:
+                drafts = tokens / expected_acceptance_length(a, g)
+                counters[DRAFTS:POSITION0 + 1] += (drafts, drafts * g, tokens - drafts, drafts * a)
+        dep.rows.append(row)
+        cost = (1 - self.params.capture_cost * dep.capture) * (1 - self.params.training_cost * (dep.job is not None))
+        if dep.capture:
+            captured = self.params.capture_samples_per_s * STEP_S
+            dep.buffer.append((captured, w))
+            dep.samples_since_launch += captured
+            _prune(dep.buffer)
+        if dep.job is not None and t + STEP_S >= dep.job.finishes_at:
+            dep.finished[dep.job.run_id] = dep.job
+            dep.job = None
+        return cost * total / len(dep.pods)
+
+    # ---- training -----------------------------------------------------------------------------
+    def launch_training(self, dep: Deployment, run_id: str, t: float) -> None:
+        """Train from the served draft on the newest window of the buffer (all of it, mixed)."""
+        shares = buffer_shares(dep.buffer, len(self.scenario.ceilings))
+        if shares is None:
+            shares = self.scenario.weights_at(t)
+        k = int(t // TICK_S)
+        trained = self.trained(dep.pointer.live, shares)
+        live = tuple(max(0.0, e - self.noise.regression[k] * s) for e, s in zip(trained, shares, strict=True))
+        eval_a = sum(s * e for s, e in zip(shares, trained, strict=True))
+        base_a = sum(s * p for s, p in zip(shares, dep.pointer.live, strict=True))
+        eval_length = expected_acceptance_length(eval_a, G) * (1 + self.noise.eval[k, 0])
+        baseline = expected_acceptance_length(base_a, G) * (1 + self.noise.eval[k, 1])
+        dep.job = Job(run_id, t + self.params.training_s, Draft(run_id, live), eval_length, baseline)
+        dep.versions[run_id] = dep.job.candidate
+        dep.samples_since_launch = 0.0
+
+    def trained(self, parent: tuple[float, ...], shares: tuple[float, ...]) -> tuple[float, ...]:
+        """Each domain closes gain x share of its gap to the ceiling; the others forget."""
+        out = []
+        for d, (p, s) in enumerate(zip(parent, shares, strict=True)):
+            gained = p + self.params.training_gain * s * (self.scenario.ceilings[d] - p)
+            forgotten = self.params.forgetting * (1 - s) * max(0.0, p - self.scenario.launch[d])
+            out.append(min(gained - forgotten, self.scenario.ceilings[d]))
+        return tuple(out)
+
+
+def buffer_shares(buffer: list[tuple[float, tuple[float, ...]]], domains: int) -> tuple[float, ...] | None:
+    total = sum(n for n, _ in buffer)
+    if total <= 0:
+        return None
+    shares = [0.0] * domains
+    for n, w in buffer:
+        for d in range(domains):
+            shares[d] += n * w[d] / total
+    return tuple(shares)
+
+
+def _prune(buffer: list[tuple[float, tuple[float, ...]]]) -> None:
+    """Retention keeps the newest maxBufferSamples."""
+    total = sum(n for n, _ in buffer)
+    while buffer and total - buffer[0][0] >= MAX_BUFFER_SAMPLES:
+        total -= buffer.pop(0)[0]
