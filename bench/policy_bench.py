@@ -18,8 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench.policy_sim
 
-from bench.policy_sim.generator import FAMILIES, SEED_SETS, scenario_set  # noqa: E402
-from bench.policy_sim.report import check, run_scenario, table  # noqa: E402
+from bench.policy_sim.generator import FAMILIES, SEED_SETS, scenario_set
+from bench.policy_sim.operator_driver import SPEC, operator_params
+from bench.policy_sim.report import check, run_scenario, table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,10 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", choices=sorted(SEED_SETS), default="held-out")
     parser.add_argument("--family", action="append", choices=FAMILIES, help="only these families (repeatable)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--speculation", choices=("Adaptive", "On", "Off"), default=None,
+                        help="spec.control.speculation for ours, per-batch-size K only when Adaptive "
+                        "(On: always on at K=3, the broken policy of the check's test)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     scenarios = [s for s in scenario_set(args.seeds) if not args.family or s.family in args.family]
-    rows = [row for scenario in scenarios for row in run_scenario(scenario)]
+    control = {"speculation": args.speculation, "adaptiveSpeculativeTokens": args.speculation == "Adaptive"}
+    spec = {**SPEC, "control": control} if args.speculation else None
+    ours = operator_params(spec)
+    rows = [row for scenario in scenarios for row in run_scenario(scenario, ours)]
     print(f"throughput over no speculation, token-weighted ({args.seeds} seeds {SEED_SETS[args.seeds]})")
     table(rows)
     missed = check(rows)

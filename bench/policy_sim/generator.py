@@ -141,7 +141,7 @@ def _timeline(family: str, rng: np.random.Generator) -> tuple[_Timeline, int]:
         return tl, 1
     if family == "short_excursions":
         base = _low(rng)
-        for i in range(int(rng.integers(2, 4))):
+        for _ in range(int(rng.integers(2, 4))):
             tl.add("home", m(15, 25), 0, base)
             if rng.random() < 0.5:
                 tl.add("away", m(3, 8), 1, base)

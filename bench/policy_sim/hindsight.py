@@ -36,7 +36,7 @@ def reachable_acceptance(world: World) -> np.ndarray:
         i = int(k * TICK_S / STEP_S)
         if i >= steps:
             break
-        start = max(best[i], arrivals[: i + 1].max(axis=0))  # what is reachable when the run launches
+        start = best[i].copy()  # what is reachable when the run launches
         best[i] = start
         for d in range(domains):
             if not seen[i, d]:

@@ -21,11 +21,11 @@ launch, the trainer Job's outcome (exit 7 = NotBetter with its numbers) and the 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from bench.policy_sim import prometheus as prom
-from bench.policy_sim.world import G, MAX_BATCH_SIZE, REPLICAS, RATE_WINDOW_S, Deployment, Draft, World
+from bench.policy_sim.world import MAX_BATCH_SIZE, RATE_WINDOW_S, REPLICAS, Deployment, Draft, G, World
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.status import Phase, TideDeploymentStatus
 from tide_operator.control import actions as act
@@ -171,9 +171,3 @@ class OperatorPolicy:
 
     def before_step(self, i: int) -> None:
         return None
-
-
-def always_on_params() -> PolicyParams:
-    """A deliberately broken policy for the check's own test: speculation forced on."""
-    spec = {**SPEC, "control": {"speculation": "On"}}
-    return replace(operator_params(spec))

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from bench.policy_sim.generator import STEP_S
-from bench.policy_sim.world import G, SAMPLE_THRESHOLD, Deployment, Draft, World, best_g
+from bench.policy_sim.world import SAMPLE_THRESHOLD, Deployment, Draft, G, World, best_g
 from tide_operator.control.cost_model import DEFAULT_PROFILE, expected_acceptance_length
 from tide_operator.control.drift import DriftParams, DriftState, shift_detected, update_drift
 
@@ -73,7 +73,7 @@ class Tide:
             self.runs += 1
             self.world.launch_training(dep, f"tide-r{self.runs}", t)
 
-    def _deploy_if_better(self, job) -> None:  # noqa: ANN001
+    def _deploy_if_better(self, job) -> None:
         if job.eval_length > job.baseline_length:
             self.dep.pointer = Draft(f"v-{job.run_id}", job.candidate.live)
             for p in self.dep.pods:
