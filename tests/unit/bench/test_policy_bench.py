@@ -63,11 +63,12 @@ def test_speculation_always_on_fails_the_check(bench, capsys: pytest.CaptureFixt
     assert "< 0.98 x max(no-spec, static)" in out
 
 
-def test_hindsight_bound_is_never_beaten_at_any_step() -> None:
-    """200 random scenarios (30 minutes each): no policy, ours included, above the bound at any step."""
+@pytest.mark.parametrize("first", [0, 50, 100, 150])
+def test_hindsight_bound_is_never_beaten_at_any_step(first: int) -> None:
+    """200 random scenarios (25 minutes each, 50 per test): no policy, ours included, above the bound at any step."""
     started, beaten = time.monotonic(), []
-    for seed in range(200):
-        scenario = generator.random_scenario(seed, max_minutes=30)
+    for seed in range(first, first + 50):
+        scenario = generator.random_scenario(seed, max_minutes=25)
         _, series = report.run_series(scenario)
         bound = series["bound"]
         for policy in report.POLICIES:
@@ -75,7 +76,7 @@ def test_hindsight_bound_is_never_beaten_at_any_step() -> None:
             if over:
                 beaten.append(f"{scenario.name}: {policy} above the bound at steps {over[:5]}")
     assert beaten == []
-    print(f"200 scenarios in {time.monotonic() - started:.0f}s")
+    print(f"50 scenarios in {time.monotonic() - started:.0f}s")
 
 
 def test_seed_sets_are_disjoint_and_cover_every_family() -> None:
