@@ -53,6 +53,7 @@ _ERRORS: list[tuple[type[BaseException], ExitCode]] = [
     (IncompatibleDataError, ExitCode.INCOMPATIBLE), (IncompatibleDraftError, ExitCode.INCOMPATIBLE),
     (StorageError, ExitCode.STORAGE),
 ]
+_HANDLED = tuple(cls for cls, _ in _ERRORS)  # what main() turns into a documented exit code
 
 
 class BadArguments(ValueError):
@@ -113,10 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     _init_distributed()
     try:
         outcome = run_training(cfg)
-    except tuple(cls for cls, _ in _ERRORS) as e:
-        code = next(c for cls, c in _ERRORS if isinstance(e, cls))
-        log.error("%s: %s", code.name.lower(), e)
-        return _finish(code, {"error": str(e)})
+    except _HANDLED as e:
+        return _failed(e)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -128,14 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     return _finish(code, {"report": str(cfg.report_file), "candidate": outcome.candidate_uri, **decision})
 
 
+def _failed(e: BaseException) -> int:
+    """The documented exit code of a known failure, logged and summarised."""
+    code = next(c for cls, c in _ERRORS if isinstance(e, cls))
+    log.error("%s: %s", code.name.lower(), e)
+    return _finish(code, {"error": str(e)})
+
+
 def init(cfg: InitConfig) -> int:
     """The bootstrap head: no GPU needed (a random layer and copies of the target's tensors)."""
     try:
         outcome = run_init(cfg)
-    except tuple(cls for cls, _ in _ERRORS) as e:
-        code = next(c for cls, c in _ERRORS if isinstance(e, cls))
-        log.error("%s: %s", code.name.lower(), e)
-        return _finish(code, {"error": str(e)})
+    except _HANDLED as e:
+        return _failed(e)
     log.info("bootstrap head %s at %s", "written" if outcome.created else "kept", outcome.uri)
     return _finish(ExitCode.OK, {"bootstrap": outcome.uri, "created": outcome.created})
 
