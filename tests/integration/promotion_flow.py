@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,21 @@ def events(kube: Any, namespace: str, kind: str | None = None, reason: str | Non
     selector = "involvedObject.name=chat" + (f",type={kind}" if kind else "") + (f",reason={reason}" if reason else "")
     items = client.CoreV1Api(kube).list_namespaced_event(namespace, field_selector=selector).items
     return [e.message or "" for e in items]
+
+
+def events_once(kube: Any, namespace: str, holds: Callable[[list[str]], bool], what: str,
+                timeout_s: float = 20.0, kind: str | None = None) -> list[str]:
+    """The Events' messages once ``holds`` them: Kopf posts Events from a queue, after the effect is visible."""
+    from tests.integration.kubewait import wait_for
+
+    found: list[list[str]] = []
+
+    def probe() -> bool:
+        found[:] = [events(kube, namespace, kind)]
+        return holds(found[0])
+
+    wait_for(probe, what, timeout_s=timeout_s)
+    return found[0]
 
 
 def registry_prefix(namespace: str) -> str:

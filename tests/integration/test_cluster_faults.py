@@ -36,7 +36,7 @@ from tests.integration.kubewait import wait_for
 from tests.integration.promotion_flow import (
     condition,
     create,
-    events,
+    events_once,
     history,
     keys,
     lifecycle,
@@ -245,7 +245,9 @@ def pools(kube, namespace: str) -> dict[str, str]:
 
 def no_new_decisions(kube, namespace: str) -> None:
     """Still the one promotion and the one canary: no rollback, no second canary or run."""
-    messages = events(kube, namespace)
+    messages = events_once(kube, namespace, lambda ms: all(any(m.startswith(f"{a}:") for m in ms)
+                                                          for a in ("Promote", "StartCanary", "LaunchTraining")),
+                           "the Promote, StartCanary and LaunchTraining Events")
     for action in ("Promote", "StartCanary", "LaunchTraining"):
         assert sum(m.startswith(f"{action}:") for m in messages) == 1, (action, messages)
     assert not [m for m in messages if m.startswith("RollBack:")], messages
@@ -292,8 +294,8 @@ def test_serving_pod_killed_during_a_swap(kube, plane, s3_endpoint, story, row, 
                   timeout_s=30)
     row["survived"] = True
 
-    warnings = events(kube, ns, "Warning")
-    assert any(victim in m for m in warnings), warnings  # the failed swap, naming the pod
+    # the failed swap's Warning, naming the pod
+    events_once(kube, ns, lambda ms: any(victim in m for m in ms), f"a Warning naming {victim}", kind="Warning")
     assert pointer(story) is None  # nothing promoted yet, nothing half-written
     assert keys(s3, BUCKET, f"{story.prefix}/drafts/") == []
     assert trainer_jobs(kube, ns) == jobs
@@ -318,7 +320,8 @@ def test_apiserver_restarted_mid_canary(kube, plane, story, row):
 
     assert registry_story(story) == [("promote", "v1", story.notes["run"])]  # advanced exactly once
     assert {k.split("/drafts/")[1].split("/")[0] for k in keys(story.s3, BUCKET, f"{story.prefix}/drafts/")} == {"v1"}
-    assert len([m for m in events(kube, ns) if m.startswith("Promote:")]) == 1
+    promotes = events_once(kube, ns, lambda ms: any(m.startswith("Promote:") for m in ms), "the Promote Event")
+    assert len([m for m in promotes if m.startswith("Promote:")]) == 1
     assert trainer_jobs(kube, ns) == story.notes["jobs"]
     wait_for(lambda: condition(status(kube, ns), "Degraded").get("status") == "False", "Degraded=False",
              timeout_s=30)

@@ -93,8 +93,12 @@ def test_no_initial_draft_bootstraps_a_head_trains_and_promotes_v1(kube, namespa
     head = f"s3://{bucket}/{prefix}/bootstrap/{names.bootstrap_key(REVISION)}"
 
     # The init Job writes the head; the pods are rolled with it at K=0 and report it as their launch draft.
-    st = wait_for(lambda: _status_if(kube, namespace, lambda s: condition(s, "BootstrapDraftReady").get("status")
-                                     == "True"), "the bootstrap head written and launched", timeout_s=60)
+    # The init Job imports torch and the rollout starts two simulator pods: generous on a loaded 2-core machine.
+    try:
+        st = wait_for(lambda: _status_if(kube, namespace, lambda s: condition(s, "BootstrapDraftReady").get("status")
+                                         == "True"), "the bootstrap head written and launched", timeout_s=150)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{_bootstrap_story(kube, namespace)}") from None
     assert condition(st, "BootstrapDraftReady")["reason"] == "BootstrapDraftLaunched"
     manifest = Manifest.model_validate_json(s3.get_object(
         Bucket=bucket, Key=f"{prefix}/bootstrap/{names.bootstrap_key(REVISION)}/manifest.json")["Body"].read())
@@ -128,6 +132,19 @@ def test_no_initial_draft_bootstraps_a_head_trains_and_promotes_v1(kube, namespa
 def _status_if(kube, namespace: str, holds):
     st = status(kube, namespace)
     return st if holds(st) else None
+
+
+def _bootstrap_story(kube, namespace: str) -> str:
+    """What a timed-out wait saw: the condition, the init Job's status and the serving pods' phases."""
+    jobs = client.BatchV1Api(kube).list_namespaced_job(namespace).items
+    pods = client.CoreV1Api(kube).list_namespaced_pod(namespace).items
+    return "\n".join([f"BootstrapDraftReady: {condition(status(kube, namespace), 'BootstrapDraftReady')}",
+                       *(f"Job {j.metadata.name}: {j.status.to_dict()}" for j in jobs),
+                       *(f"Pod {p.metadata.name}: {p.status.phase} ready={_ready(p)}" for p in pods)])
+
+
+def _ready(pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
 def _keys(s3, bucket: str, prefix: str) -> list[str]:

@@ -32,6 +32,7 @@ from tests.integration.promotion_flow import (
     REVISION,
     create,
     events,
+    events_once,
     history,
     lifecycle,
     operator_config,
@@ -111,7 +112,8 @@ def test_domain_shift_trains_canaries_and_promotes_a_better_draft(kube, namespac
     st = wait_for(collecting, "collection after the shift", timeout_s=90)
     drift = st["controlState"]["drift"]
     assert drift["short_ema"] < drift["long_ema"] * 0.95
-    assert any("SetCapture" in m and "acceptance fell" in m for m in events(kube, namespace))
+    events_once(kube, namespace, lambda ms: any("SetCapture" in m and "acceptance fell" in m for m in ms),
+                "the SetCapture Event of the shift")
 
     # Enough fresh samples -> the trainer Job runs the real trainer on the captured shards.
     job = wait_for(lambda: trained_job(kube, plane, namespace), f"trainer Job chat-train-{r1} succeeded",
@@ -155,9 +157,9 @@ def test_domain_shift_trains_canaries_and_promotes_a_better_draft(kube, namespac
     assert promoted_manifest.files == manifest.files  # the verified bytes of the candidate
     entries = history(s3, bucket, prefix)
     assert [(e["action"], e["version"], e["run_id"]) for e in entries] == [("promote", "v1", r1)]
-    messages = events(kube, namespace)
-    for action in ("LaunchTraining", "StartCanary", "Promote"):
-        assert any(m.startswith(f"{action}:") for m in messages), (action, messages)
+    events_once(kube, namespace, lambda ms: all(any(m.startswith(f"{action}:") for m in ms)
+                                                for action in ("LaunchTraining", "StartCanary", "Promote")),
+                "the LaunchTraining, StartCanary and Promote Events")
     st = wait_for(lambda: status_where(kube, namespace, lambda lc: lc["last_promotion_at"] is not None),
                   "the promotion in status (written after the pods are swapped)", timeout_s=20)
     assert st["speculation"]["enabled"] is True

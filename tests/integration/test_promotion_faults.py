@@ -249,7 +249,9 @@ def test_operator_killed_mid_canary_during_an_s3_outage_resumes_and_promotes_onc
     entries = history(s3, bucket, prefix)
     assert [(e["action"], e["version"], e["run_id"]) for e in entries] == [("promote", "v1", r1)]
     assert {k.split("/drafts/")[1].split("/")[0] for k in keys(s3, bucket, f"{prefix}/drafts/")} == {"v1"}
-    promotes = [m for m in events(kube, namespace) if m.startswith("Promote:")]
+    # Kopf posts Events from a queue: the pods can be on v1 before the Promote Event is written.
+    promotes = wait_for(lambda: [m for m in events(kube, namespace) if m.startswith("Promote:")],
+                        "the Promote Event", timeout_s=20)
     assert len(promotes) == 1
     # The restarted operator went on with the analysis in status: its count starts from the one before the kill.
     assert int(re.search(r"successful=(\d+)", promotes[0]).group(1)) > analysis["successful"]
