@@ -32,7 +32,7 @@ def main() -> int:
     env = {**os.environ, "TIDE_VLLM_TESTS": "1", "TIDE_ALLOW_UNTESTED_VLLM": "1",
            "VLLM_USE_V2_MODEL_RUNNER": "1", "TIDE_EXPECT_RUNNER": "v2",
            "TIDE_TEST_SCHEDULER": "tide_serving.scheduler.SpeculationSwitchAsyncScheduler"}
-    tests = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "tests" / "vllm"), "-m", "vllm",
+    tests = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "tests" / "engine"), "-m", "vllm",
                             "-x", "-v", "-p", "no:cacheprovider"], env=env, cwd=ROOT, check=False)
     if tests.returncode != 0:
         return tests.returncode

@@ -19,7 +19,7 @@ from tide_contracts.registry import CaptureObject
 from tide_operator.api.conditions import ConditionType, Reason, rfc3339
 from tide_operator.api.status import CanaryStatus, Decision, Phase, SpeculationStatus
 from tide_operator.control import actions as act
-from tide_operator.control.cost_model import expected_acceptance_length, practical_speedup
+from tide_operator.control.cost_model import expected_acceptance_length, practical_speedup, tokens_for_batch_size
 from tide_operator.control.lifecycle import LifecycleState, refuse_candidate
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState, decide
@@ -255,12 +255,14 @@ _LIFECYCLE_PHASES = {LifecyclePhase.COLLECTING: Phase.COLLECTING, LifecyclePhase
 def _speculation_status(state: PolicyState, params: PolicyParams, observation: Observation) -> SpeculationStatus:
     a, batch = state.acceptance_estimate, observation.batch_size
     g = params.num_speculative_tokens if state.speculation.enabled else 0
+    # The model at the g the engine runs at this batch size (its table's band), not at the maximum K.
+    chosen = tokens_for_batch_size(state.table, batch) if g and state.table is not None and batch is not None else g
     speedup = None
     if a is not None and batch is not None and g:
-        speedup = round(100 * practical_speedup(a, g, max(batch, 1.0), params.profile))
+        speedup = round(100 * practical_speedup(a, chosen, max(batch, 1.0), params.profile)) if chosen else 100
     length = observation.acceptance_length
-    if length is None and a is not None and g:
-        length = expected_acceptance_length(a, g)
+    if length is None and a is not None and chosen:
+        length = expected_acceptance_length(a, chosen)
     return SpeculationStatus(enabled=state.speculation.enabled, num_speculative_tokens=g,
                              modelled_speedup_percent=speedup,
                              acceptance_length_milli=round(1000 * length) if length is not None else None)

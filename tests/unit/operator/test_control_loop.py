@@ -91,6 +91,24 @@ def test_state_round_trips_through_status_between_passes():
     assert not any(isinstance(a, act.SetCapture) for a in effects.done)  # already on: not repeated
 
 
+def test_modelled_speedup_is_at_the_g_the_table_runs_at_the_observed_batch_size():
+    from tide_operator.control.cost_model import practical_speedup
+
+    table = ((1, 8, 3), (9, 64, 1), (65, 256, 0))
+    state = PolicyState(acceptance_estimate=0.6, table=table, table_acceptance=0.6,
+                        speculation=replace(PolicyState().speculation, enabled=True))
+    speedups = {}
+    for batch, g in ((4, 3), (32, 1), (200, 0)):
+        draft = serving_draft(control_state=state.to_dict())
+        control_pass(draft, PARAMS, SensorReading(replace(GOOD_DRAFT_LOW_LOAD, batch_size=batch,
+                                                          acceptance_samples=0)), RecordingEffects(), now=0.0)
+        speedups[batch] = draft.status.speculation.modelled_speedup_percent
+        expected = round(100 * practical_speedup(0.6, g, batch, PARAMS.profile)) if g else 100
+        assert speedups[batch] == expected, (batch, g)
+    # At batch 32 the table drafts 1 token: the maximum K's number would be lower than the one that runs.
+    assert speedups[32] != round(100 * practical_speedup(0.6, 3, 32, PARAMS.profile))
+
+
 def test_missing_observation_holds_every_decision_and_says_why():
     draft = serving_draft()
     state = control_pass(draft, PARAMS, SensorReading(None, "prometheus: connection refused"), RecordingEffects(),
