@@ -36,11 +36,14 @@ def test_a_run_launched_after_a_shift_trains_on_the_new_domain_only() -> None:
     shifted.effects.launch_training(act.LaunchTraining("r1", "SampleThresholdReached", "", captured_since=shift_at))
     assert mixed.dep.job is not None
     assert shifted.dep.job is not None
-    assert buffer_shares(mixed.dep.buffer, 2) == pytest.approx((0.5, 0.5))  # what a run without a shift reads
-    # Trained on domain 1 alone, the candidate gains more there than one trained on the mix.
+    regression = world.noise.regression[int(now // generator.TICK_S)]
+    # Without a shift time the run reads the whole buffer, half of each domain (as before)...
+    assert mixed.dep.job.candidate.live[1] == pytest.approx(
+        world.trained(world.launch.live, (0.5, 0.5))[1] - regression * 0.5)
+    # ...with it, domain 1 alone, and gains more there than the run trained on the mix.
+    assert shifted.dep.job.candidate.live[1] == pytest.approx(
+        world.trained(world.launch.live, (0.0, 1.0))[1] - regression)
     assert shifted.dep.job.candidate.live[1] > mixed.dep.job.candidate.live[1]
-    assert shifted.dep.job.candidate.live[1] == pytest.approx(world.trained(world.launch.live, (0.0, 1.0))[1]
-                                                              - world.noise.regression[int(now // generator.TICK_S)])
 
 
 def test_the_sim_claims_the_window_production_claims_topped_up_to_the_sample_threshold() -> None:
