@@ -4,7 +4,8 @@ SimEffects implements control_loop.Effects the way effects.ClusterEffects carrie
 (spec.draft.initial is set, so the bootstrap-head paths do not apply):
 - SetSpeculation: every ready pod switches live with the policy's table (None = the launch table).
 - SetCapture: capture on or off on every pod.
-- LaunchTraining: a trainer Job from the pointer's draft on the newest window of the buffer.
+- LaunchTraining: a trainer Job from the pointer's draft on the window claim_shards claims: the newest
+  of the buffer, since the shift when the action carries its time (topped up to sampleThreshold).
 - CancelTraining: the Job is deleted: it never posts a result.
 - StartCanary: exactly the chosen pods load the candidate (their speculation is the fleet's).
 - Promote: the pointer moves to vN; every ready pod loads it.
@@ -57,6 +58,7 @@ class SimEffects:
     world: World
     dep: Deployment
     now: float = 0.0
+    sample_threshold: int = 0  # spec.control.training.sampleThreshold: the claim's minimum after a shift
 
     def set_speculation(self, action: act.SetSpeculation) -> str | None:
         for pod in self.dep.pods:
@@ -67,7 +69,7 @@ class SimEffects:
         self.dep.capture = action.enabled
 
     def launch_training(self, action: act.LaunchTraining) -> None:
-        self.world.launch_training(self.dep, action.run_id, self.now)
+        self.world.launch_training(self.dep, action.run_id, self.now, action.captured_since, self.sample_threshold)
 
     def cancel_training(self, action: act.CancelTraining) -> None:
         if self.dep.job is not None and self.dep.job.run_id == action.run_id:
@@ -157,7 +159,7 @@ class OperatorPolicy:
     def __init__(self, world: World, params: PolicyParams | None = None) -> None:
         self.world, self.params = world, params or operator_params()
         self.dep = Deployment.launched(world.launch)  # pods launch speculating with the launch table
-        self.effects = SimEffects(world, self.dep)
+        self.effects = SimEffects(world, self.dep, sample_threshold=self.params.training.sample_threshold)
         now = datetime.fromtimestamp(0, UTC)
         self.draft = StatusDraft(TideDeploymentStatus(phase=Phase.SERVING), generation=1, now=now)
 

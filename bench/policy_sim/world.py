@@ -23,14 +23,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.policy_sim.generator import STEP_S, TICK_S, Scenario
+from tide_contracts.registry import CaptureObject
+from tide_operator.config import TrainerConfig
 from tide_operator.control.cost_model import DEFAULT_PROFILE, expected_acceptance_length, tokens_for_batch_size
+from tide_operator.control.lifecycle import CaptureParams
+from tide_operator.control.retention import claim_window
 
 Bands = tuple[tuple[int, int, int], ...]
+Entry = tuple[float, float, tuple[float, ...]]  # a capture shard: (written at, samples, domain weights)
 G = 3  # spec.draft.numSpeculativeTokens (TIDE's gamma)
 REPLICAS = 4
 MAX_BATCH_SIZE = 512
 MAX_BUFFER_SAMPLES = 4096  # spec.control.capture.maxBufferSamples: the trainer's window is the newest
 SAMPLE_THRESHOLD = 2048
+WINDOW_SHARDS = TrainerConfig().window_shards  # operator config trainer.windowShards: one run's claim
+RETENTION_S = CaptureParams().retention_s  # spec.control.capture.retention
 SCRAPE_S, RATE_WINDOW_S = 15.0, 300.0  # Prometheus: values as of the last scrape, rate(...[5m])
 ACCEPTANCE_NOISE, THROUGHPUT_NOISE, BATCH_NOISE = 0.03, 0.03, 0.10  # relative sd per query
 # Per-version counters: drafts, drafted tokens, accepted tokens, accepted at position 0, generated, pod-steps.
@@ -95,7 +102,7 @@ class Deployment:
     pods: list[Pod]
     pointer: Draft  # what the pointer names (the launch draft until a promotion)
     capture: bool = False
-    buffer: list[tuple[float, tuple[float, ...]]] = field(default_factory=list)  # (samples, domain weights)
+    buffer: list[Entry] = field(default_factory=list)  # one shard per step captured
     samples_since_launch: float = 0.0
     job: Job | None = None
     finished: dict[str, Job] = field(default_factory=dict)  # run id -> its Job, once it ended
@@ -156,7 +163,7 @@ class World:
         cost = (1 - self.params.capture_cost * dep.capture) * (1 - self.params.training_cost * (dep.job is not None))
         if dep.capture:
             captured = self.params.capture_samples_per_s * STEP_S
-            dep.buffer.append((captured, w))
+            dep.buffer.append((t, captured, w))
             dep.samples_since_launch += captured
             _prune(dep.buffer)
         if dep.job is not None and t + STEP_S >= dep.job.finishes_at:
@@ -165,9 +172,15 @@ class World:
         return cost * total / len(dep.pods)
 
     # ---- training -----------------------------------------------------------------------------
-    def launch_training(self, dep: Deployment, run_id: str, t: float) -> None:
-        """Train from the served draft on the newest window of the buffer (all of it, mixed)."""
-        shares = buffer_shares(dep.buffer, len(self.scenario.ceilings))
+    def launch_training(self, dep: Deployment, run_id: str, t: float, captured_since: float | None = None,
+                        min_samples: int = 0) -> None:
+        """Train from the served draft on the window the operator claims (capture_retention.claim_shards).
+
+        The newest window of the buffer; with ``captured_since`` (the operator's LaunchTraining after a
+        shift) only what was captured since, topped up to ``min_samples`` (sampleThreshold).
+        """
+        window = claimed(dep.buffer, t, captured_since, min_samples)
+        shares = buffer_shares(window, len(self.scenario.ceilings))
         if shares is None:
             shares = self.scenario.weights_at(t)
         k = int(t // TICK_S)
@@ -191,19 +204,26 @@ class World:
         return tuple(out)
 
 
-def buffer_shares(buffer: list[tuple[float, tuple[float, ...]]], domains: int) -> tuple[float, ...] | None:
-    total = sum(n for n, _ in buffer)
+def claimed(buffer: list[Entry], t: float, captured_since: float | None, min_samples: int) -> list[Entry]:
+    """The entries production's claim would name: the same pure window (control/retention.claim_window)."""
+    shards = [CaptureObject(str(i), 0, at, round(n)) for i, (at, n, _) in enumerate(buffer)]
+    window = claim_window(shards, WINDOW_SHARDS, RETENTION_S, t, since=captured_since, min_samples=min_samples)
+    return [buffer[int(c.key)] for c in window]
+
+
+def buffer_shares(buffer: list[Entry], domains: int) -> tuple[float, ...] | None:
+    total = sum(n for _, n, _ in buffer)
     if total <= 0:
         return None
     shares = [0.0] * domains
-    for n, w in buffer:
+    for _, n, w in buffer:
         for d in range(domains):
             shares[d] += n * w[d] / total
     return tuple(shares)
 
 
-def _prune(buffer: list[tuple[float, tuple[float, ...]]]) -> None:
+def _prune(buffer: list[Entry]) -> None:
     """Retention keeps the newest maxBufferSamples."""
-    total = sum(n for n, _ in buffer)
-    while buffer and total - buffer[0][0] >= MAX_BUFFER_SAMPLES:
-        total -= buffer.pop(0)[0]
+    total = sum(n for _, n, _ in buffer)
+    while buffer and total - buffer[0][1] >= MAX_BUFFER_SAMPLES:
+        total -= buffer.pop(0)[1]

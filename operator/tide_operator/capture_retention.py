@@ -99,10 +99,16 @@ def _release(registry: DraftRegistry, claims: Sequence[Claim], running: set[str]
 
 
 def claim_shards(registry: DraftRegistry, spec: TideDeploymentSpec, config: OperatorConfig, run_id: str,
-                 now_s: float) -> int:
-    """Write run ``run_id``'s claim on the newest window of shards; returns the Job's deadline (s)."""
-    capture = policy_params(spec, observation_window_s=config.prometheus_window_seconds).capture
-    window = claim_window(registry.list_captures(), config.trainer.window_shards, capture.retention_s, now_s)
+                 now_s: float, captured_since: float | None = None) -> int:
+    """Write run ``run_id``'s claim on the newest window of shards; returns the Job's deadline (s).
+
+    ``captured_since`` (the policy's LaunchTraining: when the current shift began) starts the window
+    there, topped up to sampleThreshold samples (control/retention.claim_window). It only filters the
+    listing: the claim's keys come from it and the Job's arguments do not change.
+    """
+    params = policy_params(spec, observation_window_s=config.prometheus_window_seconds)
+    window = claim_window(registry.list_captures(), config.trainer.window_shards, params.capture.retention_s, now_s,
+                          since=captured_since, min_samples=params.training.sample_threshold)
     timeout = spec.control.training.timeout
     deadline = round(training_timeout_s(duration_seconds(timeout) if timeout else None,
                                         sum(c.samples for c in window), _throughput(registry, config)))

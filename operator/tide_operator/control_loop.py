@@ -122,8 +122,9 @@ def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReadin
 
 
 # How a trainer Job's end moves the lifecycle out of Training. "Not better" (exit 7) is the trainer
-# doing its job, not a failure; a run cancelled (target change) is neither and is not counted.
-TRAINING_OUTCOMES = {"TrainingSucceeded": "succeeded", "CandidateNotBetter": "succeeded",
+# doing its job, not a failure (ShiftPersists: not better, and the shift still calls for another run);
+# a run cancelled (target change) is neither and is not counted.
+TRAINING_OUTCOMES = {"TrainingSucceeded": "succeeded", "CandidateNotBetter": "succeeded", "ShiftPersists": "succeeded",
                      "TrainingFailed": "failed", "TrainingDeadlineExceeded": "failed", "TrainingNoGpu": "failed",
                      "TrainingGaveUp": "failed"}
 

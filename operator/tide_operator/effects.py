@@ -132,7 +132,9 @@ class ClusterEffects:
             self._bootstrap())
         try:
             # The claim first: the trainer reads exactly the shards it names, and pruning skips them.
-            deadline = claim_shards(self.registry, self.spec, self.config, action.run_id, time.time())
+            # After a shift, only what was captured since it (the traffic before is another domain).
+            deadline = claim_shards(self.registry, self.spec, self.config, action.run_id, time.time(),
+                                    captured_since=action.captured_since)
         except STORAGE_ERRORS as e:
             raise EffectError(f"claiming the capture shards of {action.run_id}: {e}") from e
         try:

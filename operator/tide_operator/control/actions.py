@@ -27,11 +27,17 @@ class SetCapture:
 
 @dataclass(frozen=True)
 class LaunchTraining:
-    """Start trainer Job `run_id` (deterministic, so a restart adopts the Job instead of repeating it)."""
+    """Start trainer Job `run_id` (deterministic, so a restart adopts the Job instead of repeating it).
+
+    ``captured_since``: when the current workload shift began (epoch s, the policy's clock); the run
+    claims only shards captured since then, older ones are the traffic before the shift. None (no
+    shift seen, e.g. the first run) claims the newest window of the whole buffer.
+    """
 
     run_id: str
     reason: str
     message: str
+    captured_since: float | None = None
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 One pure step per reconcile pass: (state, inputs, params, now) -> (actions, new state, why).
 Guards: one training run at a time; exponential backoff after a failed run and a give-up after
 maxFailures (until the next shift); a minimum interval between promotions; collection stops when
-a trained draft no longer beats the served one (TIDE Algorithm 1) and restarts at the next shift.
+a trained draft no longer beats the served one (TIDE Algorithm 1) and restarts at the next shift,
+unless the shift signal is still raised (ShiftPersists: train again on new samples, ever more rarely).
+A run after a shift trains on what was captured since the shift (LaunchTraining.captured_since).
 The state is plain data (control/lifecycle_types.py), stored in status (control/restart.py), so a
 restarted operator resumes where it stopped.
 """
@@ -67,6 +69,8 @@ def _step(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams
         state = replace(state, target_revision=inputs.target_revision, phase_since=now)
     elif state.target_revision != inputs.target_revision:
         return _target_changed(state, inputs, params, now)
+    if inputs.shift_started:  # runs from now on claim only what is captured from here on
+        state = replace(state, shift_at=now)
     if inputs.draft_pin is not None:
         return _pinned(state, inputs, now)
     if state.phase is Phase.CANARY and inputs.abort_canary:
@@ -93,6 +97,8 @@ def _recollect(state: LifecycleState, inputs: LifecycleInput, now: float) -> Ste
         candidate_acceptance_length=None,
         buffer_baseline=inputs.buffer_samples,
         rollbacks=0,
+        retrain_at=None,
+        not_better_runs=0,
     )
     step = _to(fresh, Phase.COLLECTING, now, "WorkloadShift", message, capture=True)
     return Step((*actions, *step.actions), step.state, step.reason, step.message)
@@ -108,6 +114,8 @@ def _serving(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePar
             last_failure_at=None,
             rollbacks=0,
             buffer_baseline=inputs.buffer_samples,
+            retrain_at=None,
+            not_better_runs=0,
         )
         return _to(state, Phase.COLLECTING, now, "WorkloadShift", "acceptance fell: collecting", capture=True)
     return _stay(state, "Serving", "serving the promoted draft", capture=False)
@@ -116,17 +124,22 @@ def _serving(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePar
 def _collecting(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
     if not params.capture.enabled:
         return _to(
-            state,
+            replace(state, retrain_at=None),
             Phase.SERVING,
             now,
             "CaptureDisabled",
             "spec.control.capture.enabled is false",
             capture=False,
         )
+    persists = state.retrain_at is not None  # collecting on after a "not better" verdict (ShiftPersists)
+    if persists and not inputs.shift:
+        message = "the shift signal cleared after a candidate not better: collection stops until the next shift"
+        return _to(replace(state, retrain_at=None), Phase.SERVING, now, "ShiftCleared", message, capture=False)
     threshold = params.training.sample_threshold
     fresh = max(0, inputs.buffer_samples - state.buffer_baseline)
     if fresh < threshold:
-        return _stay(state, "Collecting", f"buffer {fresh}/{threshold} new samples", capture=True)
+        reason = "ShiftPersists" if persists else "Collecting"
+        return _stay(state, reason, f"buffer {fresh}/{threshold} new samples", capture=True)
     wait = _backoff_left(state, params.training, now)
     if wait > 0:
         return _stay(
@@ -135,12 +148,22 @@ def _collecting(state: LifecycleState, inputs: LifecycleInput, params: Lifecycle
             f"{wait:.0f}s of backoff after {state.training_failures} failures",
             capture=True,
         )
+    if state.retrain_at is not None and now < state.retrain_at:
+        message = f"{state.retrain_at - now:.0f}s until training again ({state.not_better_runs} not better in a row)"
+        return _stay(state, "ShiftPersists", message, capture=True)
+    return _launch(state, params, now, f"buffer {fresh} >= {threshold} new samples")
+
+
+def _launch(state: LifecycleState, params: LifecycleParams, now: float, why: str) -> Step:
+    """A run on the captures since the current shift (all of the buffer's newest window without one)."""
     run_id = run_id_for(state.run_counter + 1, params.deployment_uid)
-    message = f"buffer {fresh} >= {threshold} new samples: training {run_id}"
+    since = "" if state.shift_at is None else f" on the captures since the shift {now - state.shift_at:.0f}s ago"
+    message = f"{why}: training {run_id}{since}"
+    reason = "ShiftPersists" if state.retrain_at is not None else "SampleThresholdReached"
     launched = replace(state, run_counter=state.run_counter + 1, active_run=run_id, last_run=run_id,
-                       buffer_baseline=0)
-    step = _to(launched, Phase.TRAINING, now, "SampleThresholdReached", message, capture=True)
-    return _with(step, act.LaunchTraining(run_id, step.reason, message))
+                       buffer_baseline=0, retrain_at=None)
+    step = _to(launched, Phase.TRAINING, now, reason, message, capture=True)
+    return _with(step, act.LaunchTraining(run_id, step.reason, message, captured_since=state.shift_at))
 
 
 def _training(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
@@ -148,7 +171,7 @@ def _training(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePa
     if seen is None or seen.run_id != state.active_run or seen.status is TrainingStatus.RUNNING:
         return _stay(state, "TrainingRunning", f"waiting for run {state.active_run}", capture=True)
     if seen.status is TrainingStatus.NOT_BETTER:
-        return _not_better(state, seen, now)
+        return _not_better(state, seen, inputs, params, now)
     if seen.status is TrainingStatus.SUCCEEDED and seen.candidate_acceptance_length is not None:
         done = replace(
             state,
@@ -157,6 +180,7 @@ def _training(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePa
             candidate_acceptance_length=seen.candidate_acceptance_length,
             training_failures=0,
             last_failure_at=None,
+            not_better_runs=0,
         )
         message = f"run {seen.run_id}: eval acceptance_length={seen.candidate_acceptance_length:.3f}"
         return _to(done, Phase.EVALUATING, now, "TrainingSucceeded", message, capture=True)
@@ -188,19 +212,39 @@ _FAILURE_REASONS = {TrainingStatus.DEADLINE_EXCEEDED: "TrainingDeadlineExceeded"
                     TrainingStatus.NO_GPU: "TrainingNoGpu"}
 
 
-def _not_better(state: LifecycleState, seen: TrainingObservation, now: float) -> Step:
-    """The trainer judged its own candidate no better (exit 7): TIDE Algorithm 1 stops collecting.
+def _not_better(state: LifecycleState, seen: TrainingObservation, inputs: LifecycleInput, params: LifecycleParams,
+                now: float) -> Step:
+    """The trainer judged its own candidate no better (exit 7).
 
-    A decision, not a failure: no failure is counted and no backoff applies; the next shift
-    restarts collection.
+    A decision, not a failure: no failure is counted and no backoff applies.
     """
     numbers = ""
     if seen.candidate_acceptance_length is not None and seen.served_acceptance_length is not None:
         numbers = (f": candidate acceptance_length={seen.candidate_acceptance_length:.3f}"
                    f" vs served {seen.served_acceptance_length:.3f}")
     done = replace(state, active_run=None, training_failures=0, last_failure_at=None)
-    message = f"run {seen.run_id} not better than the served draft{numbers}; collection stops until the next shift"
-    return _to(done, Phase.SERVING, now, "CandidateNotBetter", message, capture=False)
+    return _judged_not_better(done, inputs, params, now, f"run {seen.run_id} not better than the served draft{numbers}")
+
+
+def _judged_not_better(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float,
+                       verdict: str) -> Step:
+    """TIDE Algorithm 1 stops collecting once a trained draft no longer beats the served one.
+
+    But while the shift signal is still raised the traffic is still the new one and the served draft
+    still bad on it: collection goes on (ShiftPersists) and a new run starts once sampleThreshold
+    samples arrived since this verdict, no sooner than minPromotionInterval after it, doubled for each
+    verdict in a row, so a signal that never clears cannot retrain in a tight loop. When the signal
+    clears first, collection stops (ShiftCleared).
+    """
+    if not (inputs.shift and params.capture.enabled):
+        return _to(state, Phase.SERVING, now, "CandidateNotBetter", verdict + "; collection stops until the next shift",
+                   capture=False)
+    runs = state.not_better_runs + 1
+    wait = params.canary.min_promotion_interval_s * 2.0 ** (runs - 1)
+    persisting = replace(state, buffer_baseline=inputs.buffer_samples, retrain_at=now + wait, not_better_runs=runs)
+    message = (f"{verdict}; the shift persists: collecting {params.training.sample_threshold} new samples, "
+               f"training again in {wait:.0f}s at the earliest")
+    return _to(persisting, Phase.COLLECTING, now, "ShiftPersists", message, capture=True)
 
 
 def _evaluating(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
@@ -220,7 +264,7 @@ def _evaluating(state: LifecycleState, inputs: LifecycleInput, params: Lifecycle
     )
     if state.candidate_acceptance_length <= baseline:
         rejected = replace(state, candidate=None, candidate_acceptance_length=None)
-        return _to(rejected, Phase.SERVING, now, "CandidateNotBetter", numbers + ": collection stops", capture=False)
+        return _judged_not_better(rejected, inputs, params, now, numbers)
     if state.last_promotion_at is not None:
         wait = state.last_promotion_at + params.canary.min_promotion_interval_s - now
         if wait > 0:
@@ -336,7 +380,7 @@ def _pinned(state: LifecycleState, inputs: LifecycleInput, now: float) -> Step:
     if state.active_run is not None:
         actions.append(act.CancelTraining(state.active_run, "DraftPinned", "spec.draftPin is set"))
     cleared = replace(state, active_run=None, candidate=None, candidate_acceptance_length=None, canary=None,
-                      canary_pods=())
+                      canary_pods=(), retrain_at=None)
     step = _to(cleared, Phase.SERVING, now, "DraftPinned", f"serving pinned draft {inputs.draft_pin}", capture=False)
     return Step((*actions, *step.actions), step.state, step.reason, step.message)
 

@@ -114,6 +114,10 @@ class LifecycleState:
     # status keeps saying so until the next canary, long after the one-pass Promoted/RolledBack.
     last_canary_reason: str | None = None
     last_canary_message: str = ""
+    shift_at: float | None = None  # when the current shift began: a run claims the captures since then
+    # A candidate was not better while the shift persisted (ShiftPersists): no new run before this time.
+    retrain_at: float | None = None
+    not_better_runs: int = 0  # "not better" verdicts in a row under the current shift (each doubles the wait)
 
 
 @dataclass(frozen=True)

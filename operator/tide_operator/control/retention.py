@@ -82,14 +82,25 @@ def prunable(captures: Sequence[CaptureObject], limits: CaptureLimits, kept: Col
     return sorted((c for c in free if c.key in doomed), key=lambda c: (c.last_modified, c.key))
 
 
-def claim_window(captures: Sequence[CaptureObject], window_shards: int, retention_s: float,
-                 now: float) -> list[CaptureObject]:
+def claim_window(captures: Sequence[CaptureObject], window_shards: int, retention_s: float, now: float,
+                 since: float | None = None, min_samples: int = 0) -> list[CaptureObject]:
     """The shards a new run claims and reads: the newest ``window_shards`` not yet past retention.
 
     Shards past retention are left out: they are due for deletion, so no run depends on them.
+    ``since`` (when the current workload shift began) leaves out what was captured before it: that is
+    the traffic before the shift, and a run trained on the mix learns the new traffic by halves. If the
+    shards since then hold fewer than ``min_samples`` (sampleThreshold: a clock skew between S3 and the
+    operator, a cap that pruned them), the newest older shards top the window up to it.
     """
     fresh = [c for c in captures if now - c.last_modified <= retention_s]
     ordered = sorted(fresh, key=lambda c: (c.last_modified, c.key))
+    if since is not None:
+        first = next((i for i, c in enumerate(ordered) if c.last_modified >= since), len(ordered))
+        held = sum(c.samples for c in ordered[first:])
+        while first > 0 and held < min_samples:
+            first -= 1
+            held += ordered[first].samples
+        ordered = ordered[first:]
     return ordered[-window_shards:] if window_shards > 0 else []
 
 

@@ -226,7 +226,8 @@ def test_a_not_better_run_stops_collection_without_counting_a_failure() -> None:
                              now=102.0)
     assert shifted.state.phase is Phase.COLLECTING
     launched = step_lifecycle(shifted.state, inputs(buffer_samples=10_100), PARAMS, now=103.0)
-    assert launched.actions == (act.LaunchTraining("r4", launched.reason, launched.message),)
+    # The run claims what was captured since that shift (issue 15, mechanism 5).
+    assert launched.actions == (act.LaunchTraining("r4", launched.reason, launched.message, captured_since=102.0),)
 
 
 def test_a_shift_after_giving_up_resets_the_failure_count() -> None:
@@ -505,13 +506,20 @@ def test_bad_training_params_name_the_field(kwargs: dict, field: str) -> None:
 
 
 def test_a_lasting_shift_signal_does_not_restart_collection_after_a_rejection() -> None:
-    """TIDE: once a candidate stops beating the served draft, collection waits for the *next* shift."""
+    """TIDE: once a candidate stops beating the served draft, collection waits for the *next* shift.
+
+    While the signal that started this round is still raised, collection goes on (ShiftPersists, issue
+    15 mechanism 5: the served draft is still bad on the new traffic); once it cleared, a signal that
+    lasts (no rising edge) does not restart it.
+    """
     rejected = step_lifecycle(
         state(Phase.EVALUATING, candidate="r1", candidate_acceptance_length=1.9),
         inputs(shift=True, training=succeeded("r1", 1.9)),
         PARAMS,
         now=1.0,
     ).state
+    assert rejected.phase is Phase.COLLECTING
+    rejected = step_lifecycle(rejected, inputs(shift=False), PARAMS, now=1.5).state
     assert rejected.phase is Phase.SERVING
     for t in range(2, 20):
         rejected = step_lifecycle(rejected, inputs(shift=True, buffer_samples=10_000), PARAMS, now=float(t)).state

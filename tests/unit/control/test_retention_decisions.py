@@ -89,6 +89,26 @@ def test_a_run_claims_the_newest_window_within_retention(window, claimed):
     assert [c.key.rsplit("/", 1)[1] for c in got] == claimed
 
 
+SHIFTED = [cap("before2", 900, samples=50), cap("before1", 600, samples=50), cap("after1", 400, samples=30),
+           cap("after2", 200, samples=30), cap("after3", 100, samples=30)]
+
+
+@pytest.mark.parametrize(("since", "min_samples", "window", "claimed"), [
+    (None, 0, 10, ["before2", "before1", "after1", "after2", "after3"]),  # no shift: the newest window, as before
+    (500.0, 0, 10, ["after1", "after2", "after3"]),  # a shift 500 s ago: only what was captured since
+    (400.0, 0, 10, ["after1", "after2", "after3"]),  # a shard written at the shift's instant counts
+    (500.0, 90, 10, ["after1", "after2", "after3"]),  # the shift's shards hold sampleThreshold: nothing older
+    (500.0, 100, 10, ["before1", "after1", "after2", "after3"]),  # short of it: the newest older shards top it up
+    (500.0, 10**6, 10, ["before2", "before1", "after1", "after2", "after3"]),  # never more than the buffer
+    (500.0, 0, 2, ["after2", "after3"]),  # and never more than window_shards
+    (50.0, 0, 10, []),  # nothing captured since: an empty claim, not the old domain's shards
+])
+def test_a_run_after_a_shift_claims_only_what_was_captured_since(since, min_samples, window, claimed):
+    since_at = None if since is None else NOW - since
+    got = claim_window(SHIFTED, window, RETENTION, NOW, since=since_at, min_samples=min_samples)
+    assert [c.key.rsplit("/", 1)[1] for c in got] == claimed
+
+
 @pytest.mark.parametrize(("samples", "rate", "timeout"), [
     (4096, 1.0, 3 * 4096),  # three times the expected run time
     (100, 1.0, MIN_DEFAULT_TIMEOUT_S),  # floor: 10 minutes

@@ -227,6 +227,24 @@ def test_a_trainer_job_that_ends_is_an_event_with_its_outcome_for_the_jobs_metri
     assert not [e for e in draft.events if e.training_outcome]
 
 
+def test_a_not_better_run_under_a_lasting_shift_is_counted_and_collection_goes_on():
+    """Issue 15, mechanism 5: the verdict is ShiftPersists, still a run that succeeded for the jobs metric."""
+    from tide_operator.control.drift import DriftState
+
+    lifecycle = LifecycleState(phase=LifecyclePhase.TRAINING, phase_since=0.0, capture_enabled=True,
+                               target_revision="r1", run_counter=1, active_run="r1", shift_at=0.0)
+    drift = DriftState(short_ema=0.3, long_ema=0.7, updated_at=30.0, warmup_samples=1000)
+    draft = serving_draft(control_state=PolicyState(lifecycle=lifecycle, drift=drift, shift_active=True).to_dict())
+    observation = replace(GOOD_DRAFT_LOW_LOAD, per_position_acceptance=(0.3,),
+                          training=TrainingObservation("r1", TrainingStatus.NOT_BETTER, 2.0, 2.1))
+    effects = RecordingEffects()
+    state = control_pass(draft, PARAMS, SensorReading(observation), effects, now=60.0)
+    ended = [(e.type, e.reason, e.training_outcome) for e in draft.events if e.training_outcome]
+    assert ended == [("Normal", "ShiftPersists", "succeeded")]
+    assert state.lifecycle.phase is LifecyclePhase.COLLECTING
+    assert not [a for a in effects.done if isinstance(a, act.SetCapture)]  # capture stays on
+
+
 def test_a_switch_carried_out_by_rolling_the_pods_is_a_warning_event():
     class RollingEffects(RecordingEffects):
         def set_speculation(self, action: act.Action) -> str:
