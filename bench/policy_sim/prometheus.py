@@ -1,7 +1,8 @@
 """Prometheus' view of one deployment: counters summed over the rate window, as of the last scrape, with noise.
 
 The same arithmetic as prometheus_adapter_metrics: length = 1 + accepted / drafts, position 0's
-acceptance = accepted at position 0 / drafts, throughput per engine, running requests per engine.
+acceptance = accepted at position 0 / drafts (also in the canary and control groups, as pod_group
+gives them), throughput per engine, running requests per engine.
 """
 
 from __future__ import annotations
@@ -73,4 +74,4 @@ def group(v: View, versions: set[str], noise_column: int, world: World) -> Group
 
 
 def pod_group(g: GroupView) -> PodGroupMetrics:
-    return PodGroupMetrics(g.acceptance_length, g.throughput_per_engine)
+    return PodGroupMetrics(g.acceptance_length, g.throughput_per_engine, per_token_acceptance=g.position0)

@@ -91,12 +91,15 @@ class DeploymentMetrics:
         return group_metrics(raw)
 
     def pod_group(self, versions: set[str | None]) -> PodGroupMetrics:
-        """Canary-analysis view of the pods serving any of `versions` (throughput per engine)."""
+        """Canary-analysis view of the pods serving any of `versions` (throughput per engine, position 0's a)."""
         merged = self.pod_group_metrics(versions)
         length = merged.acceptance_length
         if length is None and merged.engines and None in versions:
             length = 1.0  # pods serving without speculation: one token per step
-        return PodGroupMetrics(acceptance_length=length, generation_throughput=merged.throughput_per_engine)
+        # Position 0's acceptance is a whatever g the pods ran: the canary analysis keeps it per measurement.
+        first = merged.per_position_acceptance[0] if merged.per_position_acceptance else None
+        return PodGroupMetrics(acceptance_length=length, generation_throughput=merged.throughput_per_engine,
+                               per_token_acceptance=first)
 
 
 def deployment_metrics(groups: Mapping[GroupKey, RawGroup]) -> dict[DeploymentKey, DeploymentMetrics]:

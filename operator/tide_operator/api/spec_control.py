@@ -156,11 +156,11 @@ class CanarySpec(ApiModel):
     analysis_window: Duration = "5m"
     """How long the canary is measured against the control pods; above 0s."""
     min_acceptance_length_gain_percent: int = Field(default=2, ge=0, le=1000)
-    """Success: canary acceptance length beats control by at least this much."""
+    """The smallest acceptance-length gain (or loss) a canary measurement counts: the floor of its noise band."""
     max_throughput_loss_percent: Percent = 5
-    """Failure: canary generation throughput below control by more than this."""
+    """Failure: canary generation throughput below control by more than this (and than the measured noise)."""
     failure_limit: int = Field(default=0, ge=0, le=10)
-    """Failed analyses tolerated before rolling back; inconclusive keeps the old draft."""
+    """Failed measurements tolerated; one more fails the analysis and rolls back (inconclusive also does)."""
     consecutive_success_limit: int = Field(default=3, ge=0, le=100)
     """Successful measurements in a row that promote before the window ends (0: wait for the window)."""
     min_promotion_interval: Duration = "10m"

@@ -287,7 +287,7 @@ def _canary(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePara
             # Control pods not speculating: compare with the served draft's remembered length.
             control = PodGroupMetrics(inputs.served_acceptance_length, control.generation_throughput)
         canary = inputs.canary or PodGroupMetrics(None, None)
-        analysis = record(analysis, _measurement(canary, control, inputs, params), canary, now)
+        analysis = record(analysis, _measurement(canary, control, inputs, params, analysis), canary, now, control)
     state = replace(state, canary=analysis)
     counts = f"successful={analysis.successful} failed={analysis.failed} inconclusive={analysis.inconclusive}"
     if inputs.first_draft:
@@ -301,6 +301,7 @@ def _canary(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePara
         state,
         last_promotion_at=now,
         promoted_acceptance_length=analysis.mean_canary_length,
+        promoted_acceptance=analysis.mean_canary_acceptance,
         candidate=None,
         candidate_acceptance_length=None,
         canary=None,
@@ -314,11 +315,12 @@ def _canary(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePara
 
 
 def _measurement(canary: PodGroupMetrics, control: PodGroupMetrics, inputs: LifecycleInput,
-                 params: LifecycleParams) -> MeasurementResult:
-    """Against the served draft; a first draft (nothing served but the bootstrap head at K=0) on its own."""
+                 params: LifecycleParams, analysis: CanaryAnalysis) -> MeasurementResult:
+    """Against the served draft, on the analysis' measured noise; a first draft (nothing served but the
+    bootstrap head at K=0) on its own."""
     if inputs.first_draft:
         return measure_first_draft(canary, control, inputs.batch_size, params.canary, params.first_draft)
-    return measure(canary, control, params.canary)
+    return measure(canary, control, params.canary, analysis)
 
 
 def _promoted(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:

@@ -106,6 +106,9 @@ class LifecycleState:
     last_failure_at: float | None = None
     last_promotion_at: float | None = None
     promoted_acceptance_length: float | None = None  # canary's live mean at the last promotion
+    # The canary pods' mean per-token acceptance at the last promotion, at the g they ran (None in
+    # state from before it was kept, or when no measurement had it).
+    promoted_acceptance: float | None = None
     canary: CanaryAnalysis | None = None
     # The pods that got the candidate when the canary started: a rollback swaps exactly these back.
     canary_pods: tuple[str, ...] = ()

@@ -142,7 +142,7 @@ def decide(
     drift = update_drift(state.drift, observed_a, observation.acceptance_samples, now, params.drift)
     estimate = observed_a if observed_a is not None else state.acceptance_estimate
     shift = shift_detected(drift, params.drift, active=state.shift_active)
-    lifecycle_input = _lifecycle_input(observation, estimate, params, shift, shift and not state.shift_active)
+    lifecycle_input = _lifecycle_input(observation, state, estimate, params, shift, shift and not state.shift_active)
     step = step_lifecycle(state.lifecycle, lifecycle_input, _lc(params), now)
     actions: list[act.Action] = list(step.actions)
     if params.draft_pin is not None and observation.promoted_version != params.draft_pin:
@@ -190,9 +190,11 @@ def _served_draft(
     speculation_state = state.speculation
     if any(isinstance(a, act.Promote) for a in actions):
         has_draft = True
-        if lifecycle.promoted_acceptance_length is not None:
-            g = _canary_tokens(observation, state, params)
-            estimate = acceptance_rate_from_length(lifecycle.promoted_acceptance_length, g)
+        if lifecycle.promoted_acceptance is not None:  # what the canary pods measured, at the g they ran
+            estimate = lifecycle.promoted_acceptance
+        elif lifecycle.promoted_acceptance_length is not None:  # an analysis from older status
+            estimate = acceptance_rate_from_length(lifecycle.promoted_acceptance_length,
+                                                   _canary_tokens(observation, state, params))
         drift = _restart_drift(estimate, now, params)
         # The canary window already watched this draft live: no second stabilization wait.
         speculation_state = replace(speculation_state, pending_since=now - params.decision.min_dwell_s)
@@ -223,7 +225,8 @@ def _observed_acceptance(observation: Observation, state: PolicyState, params: P
 
 
 def _lifecycle_input(
-    observation: Observation, estimate: float | None, params: PolicyParams, shift: bool, shift_started: bool
+    observation: Observation, state: PolicyState, estimate: float | None, params: PolicyParams, shift: bool,
+    shift_started: bool,
 ) -> LifecycleInput:
     served_length: float | None = 1.0  # no draft: decoding yields one token per step
     if observation.promoted_version is not None:
@@ -237,7 +240,7 @@ def _lifecycle_input(
         served_acceptance_length=served_length,
         target_revision=params.target_revision,
         training=observation.training,
-        canary=observation.canary,
+        canary=_canary_acceptance(observation, state, params),
         control=observation.control,
         draft_pin=params.draft_pin,
         abort_canary=params.abort_canary,
@@ -292,8 +295,21 @@ def _restart_drift(estimate: float | None, now: float, params: PolicyParams) -> 
                       hold_until=now + params.observation_window_s)
 
 
+def _canary_acceptance(observation: Observation, state: PolicyState, params: PolicyParams) -> PodGroupMetrics | None:
+    """The canary's metrics with its per-token a: position 0's when the sensors have it, else its
+    length inverted at the g the canary pods run now (the analysis keeps it per measurement)."""
+    canary = observation.canary
+    if canary is None or canary.per_token_acceptance is not None:
+        return canary
+    length = canary.acceptance_length
+    if length is None or math.isnan(length):
+        return canary
+    return replace(canary, per_token_acceptance=acceptance_rate_from_length(
+        length, _canary_tokens(observation, state, params)))
+
+
 def _canary_tokens(observation: Observation, state: PolicyState, params: PolicyParams) -> int:
-    """The g the canary pods ran with: the fleet's table at the observed batch, else the full g."""
+    """The g the canary pods run with now: the fleet's table at the observed batch, else the full g."""
     if state.speculation.enabled and state.table is not None and observation.batch_size is not None:
         return tokens_for_batch_size(state.table, observation.batch_size) or params.num_speculative_tokens
     return params.num_speculative_tokens

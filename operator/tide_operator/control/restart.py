@@ -24,7 +24,7 @@ def lifecycle_from_dict(data: dict[str, Any]) -> LifecycleState:
     fields = dict(data)
     fields["phase"] = Phase(fields.get("phase", Phase.COLLECTING.value))
     canary = fields.get("canary")
-    fields["canary"] = CanaryAnalysis(**canary) if canary is not None else None
+    fields["canary"] = CanaryAnalysis.from_dict(canary) if canary is not None else None
     fields["canary_pods"] = tuple(fields.get("canary_pods", ()))  # JSON gives a list
     return LifecycleState(**fields)
 

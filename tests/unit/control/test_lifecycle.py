@@ -309,10 +309,11 @@ def test_canary_outcomes(
 
 
 def test_a_failed_measurement_rolls_back_at_once_and_three_successes_promote_early() -> None:
-    assert len(run_canary(1.9, 2.0)) == 2  # the first measurement is due at 60 s
+    # Measurements are due at 60 s, 120 s, ...; the first only seeds the noise estimate (Inconclusive).
+    assert len(run_canary(1.9, 2.0)) == 4  # the second measurement fails: rolled back at once
     promoted = run_canary(2.2, 2.0)
-    assert len(promoted) == 6  # three measurements a minute apart, 30 s passes
-    assert promoted[-1].state.last_promotion_at == 180.0
+    assert len(promoted) == 8  # three successful measurements a minute apart after the first, 30 s passes
+    assert promoted[-1].state.last_promotion_at == 240.0
     assert promoted[-1].state.promoted_acceptance_length == pytest.approx(2.2)
 
 
@@ -422,7 +423,7 @@ def test_capture_disabled_in_the_spec_stops_collection() -> None:
         (PodGroupMetrics(2.1, 100.0), PodGroupMetrics(2.0, 100.0), MeasurementResult.SUCCESSFUL),
         (PodGroupMetrics(2.03, 100.0), PodGroupMetrics(2.0, 100.0), MeasurementResult.INCONCLUSIVE),
         # Within the band either side of the control: noise, not a verdict (a good candidate was failed by
-        # one noisy measurement in the policy bench). Below control / 1.02 it is worse: failed.
+        # one noisy measurement in the policy bench). More than 2% below control is worse: failed.
         (PodGroupMetrics(1.99, 100.0), PodGroupMetrics(2.0, 100.0), MeasurementResult.INCONCLUSIVE),
         (PodGroupMetrics(1.95, 100.0), PodGroupMetrics(2.0, 100.0), MeasurementResult.FAILED),
         (PodGroupMetrics(2.1, 94.0), PodGroupMetrics(2.0, 100.0), MeasurementResult.FAILED),  # 6% slower
@@ -433,7 +434,9 @@ def test_capture_disabled_in_the_spec_stops_collection() -> None:
     ],
 )
 def test_measurement_conditions(canary: PodGroupMetrics, control: PodGroupMetrics, result: MeasurementResult) -> None:
-    assert measure(canary, control, CanaryParams()) is result
+    # A second identical measurement: no spread, so the configured band and guard apply as they are.
+    before = record(CanaryAnalysis(started_at=0.0), MeasurementResult.INCONCLUSIVE, canary, 60.0, control)
+    assert measure(canary, control, CanaryParams(), before) is result
 
 
 @pytest.mark.parametrize(
@@ -443,10 +446,16 @@ def test_measurement_conditions(canary: PodGroupMetrics, control: PodGroupMetric
         ([MeasurementResult.FAILED], 1, 60, AnalysisPhase.RUNNING),
         ([MeasurementResult.SUCCESSFUL] * 3, 0, 299, AnalysisPhase.RUNNING),
         (
-            [MeasurementResult.SUCCESSFUL] * 3 + [MeasurementResult.INCONCLUSIVE] * 2,
+            [MeasurementResult.INCONCLUSIVE] * 2 + [MeasurementResult.SUCCESSFUL] * 2,
             0,
             300,
             AnalysisPhase.SUCCESSFUL,
+        ),
+        (  # the last measurement judges the whole window: its evidence fell back inside the band
+            [MeasurementResult.SUCCESSFUL] * 3 + [MeasurementResult.INCONCLUSIVE] * 2,
+            0,
+            300,
+            AnalysisPhase.INCONCLUSIVE,
         ),
         (
             [MeasurementResult.SUCCESSFUL] * 2 + [MeasurementResult.INCONCLUSIVE] * 2,

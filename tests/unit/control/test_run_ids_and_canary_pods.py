@@ -103,7 +103,8 @@ def test_the_rollback_names_exactly_the_recorded_pods_whatever_is_ready_now() ->
                             canary_pods=("chat-a", "chat-b"))
     worse = given(ready_pods=("chat-0", "chat-b", "chat-z"), canary=PodGroupMetrics(1.2, 90.0),
                   control=PodGroupMetrics(2.0, 100.0))
-    step = step_lifecycle(canary, worse, PARAMS, now=60.0)
+    first = step_lifecycle(canary, worse, PARAMS, now=60.0)  # one difference: its noise is unknown yet
+    step = step_lifecycle(first.state, worse, PARAMS, now=120.0)
     back = next(a for a in step.actions if isinstance(a, act.RollBack))
     assert back.pods == ("chat-a", "chat-b")
     assert step.state.canary_pods == ()
@@ -119,7 +120,7 @@ def test_a_promotion_clears_the_canary_pods() -> None:
                             canary_pods=("chat-a",))
     better = given(canary=PodGroupMetrics(2.6, 100.0), control=PodGroupMetrics(2.0, 100.0))
     state, now = canary, 60.0
-    for _ in range(3):  # consecutiveSuccessLimit
+    for _ in range(4):  # a first measurement (noise unknown), then consecutiveSuccessLimit
         step = step_lifecycle(state, better, PARAMS, now)
         state, now = step.state, now + 60.0
     assert any(isinstance(a, act.Promote) for a in step.actions)

@@ -196,7 +196,8 @@ def status_with(lifecycle: LifecycleState) -> StatusDraft:
 def canary_done() -> LifecycleState:
     return LifecycleState(phase=LifecyclePhase.CANARY, phase_since=0.0, target_revision=REV, capture_enabled=True,
                           run_counter=1, candidate="r1", candidate_acceptance_length=2.6,
-                          canary=CanaryAnalysis(started_at=0.0, successful=4, measured_at=24.0))
+                          canary=CanaryAnalysis(started_at=0.0, successful=4, measured_at=24.0,
+                                                consecutive_successes=4, length_gains=(2.8 / 2.2 - 1,) * 4))
 
 
 def evaluating() -> LifecycleState:

@@ -165,6 +165,9 @@ def test_observation_reads_the_served_version_and_splits_canary_from_control() -
     assert obs.canary.generation_throughput == pytest.approx(100)
     assert obs.control.acceptance_length == pytest.approx(2.44)  # v1's drafts; draftless pod adds none
     assert obs.control.generation_throughput == pytest.approx(350 / 3)
+    # Position 0's acceptance per group: a itself whatever g each group ran (the canary analysis keeps it).
+    assert obs.canary.per_token_acceptance == pytest.approx(0.5)
+    assert obs.control.per_token_acceptance == pytest.approx(0.8)
     assert set(obs.by_version) == {"v1", "v2"}
 
 
