@@ -1,14 +1,15 @@
 """The draft lifecycle's data: phases, parameters, what one pass sees, and the state it keeps.
 
-Plain frozen dataclasses (the state is stored in status, control/restart.py); the transitions that
-use them are in control/lifecycle.py.
+Plain frozen dataclasses (the state is stored in status, control/restart.py), and the three step
+constructors every transition uses; the transitions are in control/lifecycle.py (dispatch, shift,
+pin, target change), lifecycle_training.py and lifecycle_canary.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from tide_operator.control import actions as act
@@ -164,3 +165,20 @@ def run_number(run_id: str) -> int | None:
 
 
 _RUN_NUMBER = re.compile(rf"(?:[0-9a-f]{{{RUN_PREFIX_LENGTH}}}-)?r([0-9]+)")
+
+
+def to_phase(state: LifecycleState, phase: Phase, now: float, reason: str, message: str, *, capture: bool) -> Step:
+    moved = replace(state, phase=phase, phase_since=now if phase is not state.phase else state.phase_since)
+    return stay(moved, reason, message, capture=capture)
+
+
+def stay(state: LifecycleState, reason: str, message: str, *, capture: bool) -> Step:
+    """Keep the phase; emit SetCapture only when the capture setting actually changes."""
+    if state.capture_enabled == capture:
+        return Step((), state, reason, message)
+    changed = replace(state, capture_enabled=capture)
+    return Step((act.SetCapture(capture, reason, message),), changed, reason, message)
+
+
+def with_action(step: Step, action: act.Action) -> Step:
+    return Step((*step.actions, action), step.state, step.reason, step.message)

@@ -1,0 +1,165 @@
+"""The draft lifecycle's candidate side: Evaluating -> Canary -> Promoted | RolledBack.
+
+A candidate must beat the served draft on held-out data (TIDE Algorithm 1), wait out the minimum
+interval between promotions, then pass a canary analysis on live traffic (control/canary.py). A
+failed or inconclusive analysis, or files the registry or the pods refuse, roll back exactly the
+canary pods; after MAX_CONSECUTIVE_ROLLBACKS in a row collection waits for the next shift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tide_operator.control import actions as act
+from tide_operator.control.canary import (
+    AnalysisPhase,
+    CanaryAnalysis,
+    MeasurementResult,
+    PodGroupMetrics,
+    analysis_phase,
+    measure,
+    measure_first_draft,
+    record,
+)
+from tide_operator.control.lifecycle_training import judged_not_better
+from tide_operator.control.lifecycle_types import (
+    LifecycleInput,
+    LifecycleParams,
+    LifecycleState,
+    Phase,
+    Step,
+    stay,
+    to_phase,
+    with_action,
+)
+
+# A rolled-back canary may have lost to noise: collect once more, then wait for the next shift.
+MAX_CONSECUTIVE_ROLLBACKS = 2
+
+
+def evaluating(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    assert state.candidate is not None
+    assert state.candidate_acceptance_length is not None
+    report = inputs.training if inputs.training and inputs.training.run_id == state.candidate else None
+    # The report's baseline (served draft on the same held-out data) beats a live number; with no
+    # served draft the baseline is 1.0, what decoding without speculation yields per step.
+    baseline = 1.0
+    if report is not None and report.served_acceptance_length is not None:
+        baseline = report.served_acceptance_length
+    elif inputs.served_acceptance_length is not None:
+        baseline = inputs.served_acceptance_length
+    numbers = (
+        f"candidate {state.candidate} acceptance_length={state.candidate_acceptance_length:.3f}"
+        f" vs served {baseline:.3f}"
+    )
+    if state.candidate_acceptance_length <= baseline:
+        rejected = replace(state, candidate=None, candidate_acceptance_length=None)
+        return judged_not_better(rejected, inputs, params, now, numbers)
+    if state.last_promotion_at is not None:
+        wait = state.last_promotion_at + params.canary.min_promotion_interval_s - now
+        if wait > 0:
+            return stay(state, "PromotionIntervalNotElapsed", f"{numbers}; {wait:.0f}s to wait", capture=True)
+    # The canary pods are chosen here and kept in the state: the rollback swaps back exactly these.
+    pods = tuple(sorted(inputs.ready_pods)[:params.canary.replicas])
+    started = replace(state, canary=CanaryAnalysis(started_at=now), canary_pods=pods)
+    message = numbers + ": canary on " + (", ".join(pods) or "no ready pod")
+    step = to_phase(started, Phase.CANARY, now, "CandidateBetter", message, capture=True)
+    return with_action(step, act.StartCanary(state.candidate, params.canary.replicas, step.reason, step.message, pods))
+
+
+def canary_phase(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    assert state.canary is not None
+    assert state.candidate is not None
+    candidate, analysis = state.candidate, state.canary
+    if analysis.due(params.canary, now):
+        control = inputs.control or PodGroupMetrics(None, None)
+        if control.acceptance_length is None:
+            # Control pods not speculating: compare with the served draft's remembered length.
+            control = PodGroupMetrics(inputs.served_acceptance_length, control.generation_throughput)
+        canary = inputs.canary or PodGroupMetrics(None, None)
+        analysis = record(analysis, _measurement(canary, control, inputs, params, analysis), canary, now, control)
+    state = replace(state, canary=analysis)
+    counts = f"successful={analysis.successful} failed={analysis.failed} inconclusive={analysis.inconclusive}"
+    if inputs.first_draft:
+        counts = f"first draft, judged by modelled speedup and throughput: {counts}"
+    verdict = analysis_phase(analysis, params.canary, now)
+    if verdict is AnalysisPhase.RUNNING:
+        return stay(state, "CanaryRunning", counts, capture=True)
+    if verdict is not AnalysisPhase.SUCCESSFUL:
+        return roll_back(state, now, f"Canary{verdict.value}", counts)
+    promoted = replace(
+        state,
+        last_promotion_at=now,
+        promoted_acceptance_length=analysis.mean_canary_length,
+        promoted_acceptance=analysis.mean_canary_acceptance,
+        candidate=None,
+        candidate_acceptance_length=None,
+        canary=None,
+        canary_pods=(),
+        rollbacks=0,
+        last_canary_reason="CanarySuccessful",
+        last_canary_message=f"{candidate} promoted: {counts}",
+    )
+    step = to_phase(promoted, Phase.PROMOTED, now, "CanarySuccessful", counts, capture=True)
+    return with_action(step, act.Promote(candidate, step.reason, counts))
+
+
+def _measurement(canary: PodGroupMetrics, control: PodGroupMetrics, inputs: LifecycleInput,
+                 params: LifecycleParams, analysis: CanaryAnalysis) -> MeasurementResult:
+    """Against the served draft, on the analysis' measured noise; a first draft (nothing served but the
+    bootstrap head at K=0) on its own."""
+    if inputs.first_draft:
+        return measure_first_draft(canary, control, inputs.batch_size, params.canary, params.first_draft)
+    return measure(canary, control, params.canary, analysis)
+
+
+def promoted(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    # TIDE keeps collecting after a deploy: gains continue until a new draft stops beating the old.
+    return to_phase(
+        state,
+        Phase.COLLECTING,
+        now,
+        "Collecting",
+        "promoted; collecting for the next round",
+        capture=params.capture.enabled,
+    )
+
+
+def rolled_back(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    if state.rollbacks < MAX_CONSECUTIVE_ROLLBACKS and params.capture.enabled:
+        return to_phase(
+            state,
+            Phase.COLLECTING,
+            now,
+            "Collecting",
+            "rolled back; collecting for another candidate",
+            capture=True,
+        )
+    return to_phase(
+        state,
+        Phase.SERVING,
+        now,
+        "Serving",
+        f"{state.rollbacks} rollbacks in a row; collection stops until the next shift",
+        capture=False,
+    )
+
+
+def refuse_candidate(state: LifecycleState, reason: str, message: str, now: float) -> Step:
+    """The registry or the pods refused the candidate's files (checksum, manifest, target revision).
+
+    Its bytes will not change by retrying, so it is rolled back like a failed canary (the pointer
+    never moved) and counts as a rollback: collect once more, then wait for the next shift.
+    """
+    if state.candidate is None or state.phase not in (Phase.EVALUATING, Phase.CANARY):
+        return stay(state, reason, message, capture=state.capture_enabled)
+    return roll_back(state, now, reason, message)
+
+
+def roll_back(state: LifecycleState, now: float, reason: str, message: str) -> Step:
+    candidate = state.candidate or ""
+    back = replace(state, candidate=None, candidate_acceptance_length=None, canary=None, canary_pods=(),
+                   rollbacks=state.rollbacks + 1, last_canary_reason=reason,
+                   last_canary_message=f"{candidate} rolled back: {message}")
+    step = to_phase(back, Phase.ROLLED_BACK, now, reason, message, capture=state.capture_enabled)
+    return with_action(step, act.RollBack(candidate, reason, message, state.canary_pods))
