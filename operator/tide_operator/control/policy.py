@@ -153,7 +153,7 @@ def decide(
     speculation = decide_speculation(
         SpeculationInput(
             estimate, observation.batch_size, params.num_speculative_tokens,
-            params.adaptive_speculative_tokens, has_draft,
+            params.adaptive_speculative_tokens, has_draft, params.max_batch_size,
         ),
         speculation_state, params.speculation, params.decision, now, profile=params.profile,
     )  # fmt: skip
