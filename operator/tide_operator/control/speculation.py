@@ -11,8 +11,9 @@ high load: it judges the speedup at the observed batch size.
 On once speedup > 1 + margin; off only once it falls below 1 + margin - hysteresis. Either
 condition must hold at every observation for min_dwell seconds before the switch (like the HPA's
 stabilization window), so noise that crosses a threshold now and then never flips the state, and
-two switches are always at least min_dwell apart. Missing observations (Prometheus down, no
-traffic) hold the current state: acting on nothing is how controllers flap.
+two switches are always at least min_dwell apart (a probe, probe.py, is the exception: one rate
+window). Missing observations (Prometheus down, no traffic) hold the current state: acting on
+nothing is how controllers flap.
 """
 
 from __future__ import annotations
@@ -56,11 +57,12 @@ REASON_DWELL = "MinDwellNotElapsed"
 
 @dataclass(frozen=True)
 class DecisionParams:
-    """spec.control.decision: speedupMarginPercent, hysteresisPercent, minDwell (seconds)."""
+    """spec.control.decision: speedupMarginPercent, hysteresisPercent, minDwell, probeInterval (seconds)."""
 
     speedup_margin_percent: float = 5.0
     hysteresis_percent: float = 3.0
     min_dwell_s: float = 120.0
+    probe_interval_s: float = 600.0  # 0: never probe (probe.py)
 
     def __post_init__(self) -> None:
         if self.speedup_margin_percent < 0:
@@ -69,6 +71,8 @@ class DecisionParams:
             raise ValueError("decision.hysteresisPercent must be >= 0 and leave the off threshold above 0")
         if self.min_dwell_s < 0:
             raise ValueError("decision.minDwell must be >= 0")
+        if self.probe_interval_s < 0:
+            raise ValueError("decision.probeInterval must be >= 0 (0: no probes)")
 
     @property
     def on_threshold(self) -> float:
