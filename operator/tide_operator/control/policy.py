@@ -147,7 +147,7 @@ def decide(
     if params.paused:
         return [], replace(state, speculation_reason="Paused", lifecycle_reason="Paused")
     observed_a = _observed_acceptance(observation, state, params)
-    measured = observed_a is not None
+    measured = observed_a is not None and _drafting(state, observation.batch_size)
     if state.drift.hold_until is not None and now < state.drift.hold_until:
         observed_a = None  # just promoted: the rate window still holds the previous draft's numbers
     drift = update_drift(state.drift, observed_a, observation.acceptance_samples, now, params.drift)
@@ -183,7 +183,7 @@ class _Served:
     """This pass's facts about the served draft that the speculation decision reads."""
 
     has_draft: bool
-    measured: bool  # the rate window showed its acceptance
+    measured: bool  # the rate window showed its acceptance, and the pods draft at this load
     new_draft: bool  # a promotion or ServeDraft loads another draft in this pass
     speculation: SpeculationState  # the switch's state (a promotion waives its dwell)
 
@@ -215,7 +215,7 @@ def _speculate(observation: Observation, before: PolicyState, state: PolicyState
     if probe.running:
         return _end_probe(decision, replace(state, probe=probing.ended(probe, now)), params, may_probe)
     plan = None if switched or not may_probe else probing.plan_start(
-        probe, model, a, b, params.decision.probe_interval_s, now)
+        probe, model, a, b, params.decision.probe_interval_s, params.observation_window_s, now)
     if plan is not None:
         return _start_probe(state, params, model, plan, now)
     return _speculation_action(decision, state, params, pods_on=before.speculating)
@@ -271,6 +271,16 @@ def _served_draft(
     if any(isinstance(a, act.ServeDraft) and a.version is None for a in actions):
         drift, has_draft, estimate = DriftState(), False, None
     return has_draft, estimate, drift, speculation_state
+
+
+def _drafting(state: PolicyState, batch_size: float | None) -> bool:
+    """Whether the pods draft at this batch size: once they stop, the rate window's acceptance only
+    describes the past (for up to one window), so the draft counts as unmeasured from then on."""
+    if state.probe.running:
+        return True
+    if not state.speculation.enabled or batch_size is None or math.isnan(batch_size):
+        return False
+    return state.table is None or tokens_for_batch_size(state.table, batch_size) > 0
 
 
 def _observed_acceptance(observation: Observation, state: PolicyState, params: PolicyParams) -> float | None:

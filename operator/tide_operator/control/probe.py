@@ -99,9 +99,14 @@ class ProbePlan:
 
 
 def plan_start(state: ProbeState, model: DraftModel, estimate: float | None, batch_size: float | None,
-               interval_s: float, now: float) -> ProbePlan | None:
-    """A probe when the draft went unmeasured for interval_s, there is traffic, and it would draft here."""
-    if state.running or interval_s <= 0 or state.quiet_since is None or now - state.quiet_since < interval_s:
+               interval_s: float, window_s: float, now: float) -> ProbePlan | None:
+    """A probe when the draft went unmeasured for interval_s, there is traffic, and it would draft here.
+
+    Never before one rate window of silence: the window must hold nothing but the probe's drafting.
+    """
+    if state.running or interval_s <= 0 or state.quiet_since is None:
+        return None
+    if now - state.quiet_since < max(interval_s, window_s):
         return None
     if estimate is None or state.best_acceptance is None or batch_size is None or not batch_size > 0:
         return None

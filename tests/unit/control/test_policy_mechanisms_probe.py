@@ -98,3 +98,14 @@ def test_a_probe_survives_an_operator_restart() -> None:
         engine.apply(actions)
         restarted.append(tuple(actions))
     assert restarted == [p.actions for p in plain]
+
+
+def test_the_probe_clock_starts_when_the_pods_stop_drafting_not_when_the_window_empties() -> None:
+    """A 5-minute excursion with a 5-minute rate window: after the table goes to g=0 the window still
+    shows the old drafting for a whole window; the draft is unmeasured from when drafting stopped."""
+    params = PolicyParams(target_revision="rev-1", max_batch_size=512, observation_window_s=300.0)
+    passes = run([(1200.0, GOOD, 16.0), (300.0, BAD, 16.0), (2400.0, GOOD, 16.0)], params)
+    stopped = next(p.now for p in passes if p.now >= 1200.0 and p.speculative_tokens == 0)
+    first_probe = min(probes(passes))
+    assert first_probe - stopped <= params.decision.probe_interval_s + 30.0
+    assert passes[-1].speculative_tokens > 0
