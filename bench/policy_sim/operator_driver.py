@@ -2,7 +2,9 @@
 
 SimEffects implements control_loop.Effects the way effects.ClusterEffects carries each action out
 (spec.draft.initial is set, so the bootstrap-head paths do not apply):
-- SetSpeculation: every ready pod switches live with the policy's table (None = the launch table).
+- SetSpeculation: every ready pod switches live with the policy's table (None = the launch table),
+  a probe's table included; Pod.g_at looks it up at the true batch size each step, as vLLM's
+  per-batch-size lookup does (the policy's K never exceeds the launch numSpeculativeTokens).
 - SetCapture: capture on or off on every pod.
 - LaunchTraining: a trainer Job from the pointer's draft on the window claim_shards claims: the newest
   of the buffer, since the shift when the action carries its time (topped up to sampleThreshold).
@@ -12,7 +14,8 @@ SimEffects implements control_loop.Effects the way effects.ClusterEffects carrie
 - RollBack: the canary pods load the pointer's draft again.
 - ServeDraft: every pod loads the named version (None: the launch draft).
 - InvalidateArtifacts: a no-op in production (readers ignore other revisions); a no-op here.
-- converge: pods never restart here, so none missed a switch (production returns [] then too);
+- converge: pods never restart here, so none missed a switch (production returns [] then too; while a
+  probe runs it converges pods to speculating with the probe's table, which they already do here);
   converge_drafts swaps any pod whose draft is not the pointer's (or the canary's candidate).
 The sensors are read_sensors' composition from the world: Prometheus' view (served version's pods
 for acceptance, canary and control groups with throughput per engine), the buffer since the last

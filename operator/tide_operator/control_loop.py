@@ -144,11 +144,12 @@ def _converge(draft: StatusDraft, effects: Effects, actions: list[act.Action], s
     """Pods that started after a switch get it now (pod_convergence.py).
 
     Not while paused (the user holds the pods as they are), nor in a pass that just switched every pod.
+    A probe (control/probe.py) has the pods speculate while the switch is off: they converge to that.
     """
     if params.paused or any(isinstance(a, act.SetSpeculation | act.SetCapture) for a in actions):
         return
     try:
-        fixed = effects.converge(state.speculation.enabled, state.lifecycle.capture_enabled, state.table)
+        fixed = effects.converge(state.speculating, state.lifecycle.capture_enabled, state.table)
     except EffectError as e:
         draft.condition(ConditionType.DEGRADED, True, e.reason, f"converging pods: {e}", warn=True)
         return

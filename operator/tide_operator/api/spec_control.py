@@ -32,12 +32,23 @@ class ServerSideEncryption(StrEnum):
 class DecisionSpec(ApiModel):
     """When speculation is switched (Adaptive mode)."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel_validations(
+            {"rule": "duration(self.probeInterval) == duration('0s') || (duration(self.probeInterval) >= "
+                     "duration('1m') && duration(self.probeInterval) <= duration('24h'))",
+             "message": "probeInterval must be 0s (no probes) or from 1m to 24h"},
+        )
+    )
+
     speedup_margin_percent: Percent = 5
     """Turn on only when the modelled speedup exceeds 1 + margin."""
     hysteresis_percent: Percent = 3
     """Turn off only when the modelled speedup falls below 1 + margin - hysteresis."""
     min_dwell: Duration = "2m"
-    """Minimum time between two switches."""
+    """Minimum time between two switches (a probe is the exception: it lasts one rate window)."""
+    probe_interval: Duration = "10m"
+    """While the served draft goes unmeasured this long (speculation off, or g=0 at the load), speculate
+    for one Prometheus rate window to measure it again; 0s: never. 0s or 1m to 24h."""
 
 
 class DriftSpec(ApiModel):

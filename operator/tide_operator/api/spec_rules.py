@@ -17,6 +17,9 @@ from tide_operator.api.units import duration_seconds
 Problem = tuple[str, str]
 MIN_INTERVAL_SECONDS = 5
 MIN_TRAINING_TIMEOUT_SECONDS = 10
+# A probe speculates for one rate window (60 s by default): a shorter interval would keep speculation
+# on most of the time; a day is long enough for any traffic to come back.
+MIN_PROBE_INTERVAL_SECONDS, MAX_PROBE_INTERVAL_SECONDS = 60, 24 * 3600
 
 
 def _tensor_parallel(spec: TideDeploymentSpec) -> list[Problem]:
@@ -79,6 +82,9 @@ def _control_timing(spec: TideDeploymentSpec) -> list[Problem]:
     timeout = control.training.timeout
     if timeout is not None and duration_seconds(timeout) < MIN_TRAINING_TIMEOUT_SECONDS:
         problems.append(("spec.control.training.timeout", f"must be at least {MIN_TRAINING_TIMEOUT_SECONDS}s"))
+    probe = duration_seconds(control.decision.probe_interval)
+    if probe and not MIN_PROBE_INTERVAL_SECONDS <= probe <= MAX_PROBE_INTERVAL_SECONDS:
+        problems.append(("spec.control.decision.probeInterval", "must be 0s (no probes) or from 1m to 24h"))
     return problems
 
 

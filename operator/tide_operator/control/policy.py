@@ -3,7 +3,8 @@
     actions, state = decide(observation, state, params, now)
 
 It chains the drift detector (shift?), the draft lifecycle (collect, train, canary, promote or
-roll back) and the speculation decision (on/off and g per batch-size band). The state is plain
+roll back), the speculation decision (on/off and g per batch-size band) and the probe that
+re-measures a served draft speculation has stopped measuring (probe.py). The state is plain
 data (to_dict/from_dict) that the operator keeps in status, so scenarios, benchmarks and the
 operator all drive exactly the same logic.
 """
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tide_operator.control import actions as act
+from tide_operator.control import probe as probing
 from tide_operator.control.canary import CanaryParams, FirstDraftParams, PodGroupMetrics
 from tide_operator.control.cost_model import (
     DEFAULT_PROFILE,
@@ -35,6 +37,7 @@ from tide_operator.control.lifecycle import (
     TrainingParams,
     step_lifecycle,
 )
+from tide_operator.control.probe import REASON_PROBE_ENDED, REASON_PROBING, DraftModel, ProbePlan, ProbeState
 from tide_operator.control.restart import lifecycle_from_dict, lifecycle_to_dict
 from tide_operator.control.speculation import (
     Decision,
@@ -109,10 +112,16 @@ class PolicyState:
     table: Table | None = None  # the applied tokens-per-batch-size table
     table_acceptance: float | None = None  # the a the table was computed for
     shift_active: bool = False  # the drift detector's signal at the last pass (to see it rise)
+    probe: ProbeState = field(default_factory=ProbeState)
     speculation_reason: str = ""
     speculation_message: str = ""
     lifecycle_reason: str = ""
     lifecycle_message: str = ""
+
+    @property
+    def speculating(self) -> bool:
+        """What the pods were told: the fleet switch, or on for a probe."""
+        return self.speculation.enabled or self.probe.running
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -125,6 +134,7 @@ class PolicyState:
         fields = dict(data)
         fields["speculation"] = SpeculationState(**fields.get("speculation", {}))
         fields["drift"] = DriftState(**fields.get("drift", {}))
+        fields["probe"] = ProbeState(**fields.get("probe", {}))
         fields["lifecycle"] = lifecycle_from_dict(fields.get("lifecycle", {}))
         table = fields.get("table")
         fields["table"] = tuple(tuple(band) for band in table) if table is not None else None
@@ -137,6 +147,7 @@ def decide(
     if params.paused:
         return [], replace(state, speculation_reason="Paused", lifecycle_reason="Paused")
     observed_a = _observed_acceptance(observation, state, params)
+    measured = observed_a is not None and _drafting(state, observation.batch_size)
     if state.drift.hold_until is not None and now < state.drift.hold_until:
         observed_a = None  # just promoted: the rate window still holds the previous draft's numbers
     drift = update_drift(state.drift, observed_a, observation.acceptance_samples, now, params.drift)
@@ -150,29 +161,90 @@ def decide(
         actions.append(act.ServeDraft(params.draft_pin, "DraftPinned", message))
     draft = _served_draft(actions, observation, state, params, step.state, now, estimate, drift)
     has_draft, estimate, drift, speculation_state = draft
-    speculation = decide_speculation(
-        SpeculationInput(
-            estimate, observation.batch_size, params.num_speculative_tokens,
-            params.adaptive_speculative_tokens, has_draft,
-        ),
-        speculation_state, params.speculation, params.decision, now, profile=params.profile,
-    )  # fmt: skip
     new_state = replace(
         state,
         drift=drift,
         shift_active=shift_detected(drift, params.drift, active=state.shift_active),
         lifecycle=step.state,
-        speculation=speculation.state,
         acceptance_estimate=estimate,
-        speculation_reason=speculation.reason,
-        speculation_message=speculation.message,
         lifecycle_reason=step.reason,
         lifecycle_message=step.message,
     )
-    set_speculation, new_state = _speculation_action(speculation, new_state, params)
+    new_draft = any(isinstance(a, act.Promote | act.ServeDraft) for a in actions)
+    served = _Served(has_draft, measured, new_draft, speculation_state)
+    set_speculation, new_state = _speculate(observation, state, new_state, params, served, now)
     if set_speculation is not None:
         actions.insert(0, set_speculation)
     return actions, new_state
+
+
+@dataclass(frozen=True)
+class _Served:
+    """This pass's facts about the served draft that the speculation decision reads."""
+
+    has_draft: bool
+    measured: bool  # the rate window showed its acceptance, and the pods draft at this load
+    new_draft: bool  # a promotion or ServeDraft loads another draft in this pass
+    speculation: SpeculationState  # the switch's state (a promotion waives its dwell)
+
+
+def _speculate(observation: Observation, before: PolicyState, state: PolicyState, params: PolicyParams,
+               served: _Served, now: float) -> tuple[act.SetSpeculation | None, PolicyState]:
+    """The fleet switch (speculation.py) and the probe (probe.py): the SetSpeculation to send, if any."""
+    model, a, b = _draft_model(params), state.acceptance_estimate, observation.batch_size
+    probe = probing.track(before.probe, served.measured, a, now)
+    if served.new_draft:
+        probe = ProbeState(best_acceptance=a)  # another draft: its own best; the pods load it as decided
+    may_probe = params.speculation is SpeculationMode.ADAPTIVE and served.has_draft
+    ending = probe.running and (not may_probe or probing.end_due(probe, model, served.measured, a, b,
+                                                                  params.observation_window_s, now))
+    switch = served.speculation
+    if ending:  # the window was the measurement: no second dwell, either way
+        switch = replace(switch, pending_since=now - params.decision.min_dwell_s)
+    decision = decide_speculation(
+        SpeculationInput(a, b, params.num_speculative_tokens, params.adaptive_speculative_tokens,
+                         served.has_draft, params.max_batch_size),
+        switch, params.speculation, params.decision, now, profile=params.profile,
+    )
+    state = replace(state, speculation=decision.state, speculation_reason=decision.reason,
+                    speculation_message=decision.message, probe=probe)
+    switched = decision.action is not SpeculationAction.HOLD
+    if probe.running and not ending and not switched:
+        message = f"probing the served draft since {probe.started_at:.0f}: {decision.message}"
+        return None, replace(state, speculation_reason=REASON_PROBING, speculation_message=message)
+    if probe.running:
+        return _end_probe(decision, replace(state, probe=probing.ended(probe, now)), params, may_probe)
+    plan = None if switched or not may_probe else probing.plan_start(
+        probe, model, a, b, params.decision.probe_interval_s, params.observation_window_s, now)
+    if plan is not None:
+        return _start_probe(state, params, model, plan, now)
+    return _speculation_action(decision, state, params, pods_on=before.speculating)
+
+
+def _start_probe(state: PolicyState, params: PolicyParams, model: DraftModel, plan: ProbePlan,
+                 now: float) -> tuple[act.SetSpeculation, PolicyState]:
+    table = model.probe_table(plan.estimate, plan.best, params.max_batch_size)
+    message = (f"no acceptance of the served draft for {plan.quiet_s:.0f}s: speculating for one "
+               f"{params.observation_window_s:.0f}s window to measure it, g={plan.tokens} at "
+               f"batch_size={plan.batch_size:.1f} (last acceptance_rate={plan.estimate:.3f}, best {plan.best:.3f})")
+    state = replace(state, probe=probing.started(state.probe, now), table=table, table_acceptance=None,
+                    speculation_reason=REASON_PROBING, speculation_message=message)
+    return act.SetSpeculation(True, params.num_speculative_tokens, table, REASON_PROBING, message), state
+
+
+def _end_probe(decision: Decision, state: PolicyState, params: PolicyParams,
+               may_probe: bool) -> tuple[act.SetSpeculation | None, PolicyState]:
+    """The normal decision from the probe's measurement; off at once when the draft still does not pay."""
+    stays_off = may_probe and not decision.state.enabled
+    reason = REASON_PROBE_ENDED if stays_off else decision.reason
+    ended = replace(decision, reason=reason, message=f"probe ended: {decision.message}")
+    state = replace(state, speculation_reason=ended.reason, speculation_message=ended.message)
+    return _speculation_action(ended, state, params, pods_on=True)
+
+
+def _draft_model(params: PolicyParams) -> DraftModel:
+    return DraftModel(params.num_speculative_tokens, params.adaptive_speculative_tokens, params.profile,
+                      params.decision.off_threshold)
 
 
 def _served_draft(
@@ -203,13 +275,23 @@ def _served_draft(
     return has_draft, estimate, drift, speculation_state
 
 
+def _drafting(state: PolicyState, batch_size: float | None) -> bool:
+    """Whether the pods draft at this batch size: once they stop, the rate window's acceptance only
+    describes the past (for up to one window), so the draft counts as unmeasured from then on."""
+    if state.probe.running:
+        return True
+    if not state.speculation.enabled or batch_size is None or math.isnan(batch_size):
+        return False
+    return state.table is None or tokens_for_batch_size(state.table, batch_size) > 0
+
+
 def _observed_acceptance(observation: Observation, state: PolicyState, params: PolicyParams) -> float | None:
     """Per-token a of the served draft from this observation, or None when there is no data.
 
     Position 0's acceptance is a itself whatever g the engine used; the mean length mixes the g
     of every batch-size band, so it is only the fallback.
     """
-    if not state.speculation.enabled or observation.acceptance_samples <= 0:
+    if not state.speculating or observation.acceptance_samples <= 0:
         return None
     first = observation.per_position_acceptance[0] if observation.per_position_acceptance else None
     if first is not None and not math.isnan(first):
@@ -251,12 +333,15 @@ def _lifecycle_input(
 
 
 def _speculation_action(
-    decision: Decision, state: PolicyState, params: PolicyParams
+    decision: Decision, state: PolicyState, params: PolicyParams, *, pods_on: bool
 ) -> tuple[act.SetSpeculation | None, PolicyState]:
-    """SetSpeculation on a switch, or when the served acceptance moved enough to change the table."""
+    """SetSpeculation when the pods must change (a switch, a probe's end), or the table must be retuned.
+
+    ``pods_on``: whether the pods were speculating (the switch, or a probe) before this pass.
+    """
     switched = decision.action is not SpeculationAction.HOLD
     if not decision.state.enabled:
-        if not switched:
+        if not pods_on:
             return None, state
         off = replace(state, table=None, table_acceptance=None)
         return act.SetSpeculation(False, 0, None, decision.reason, decision.message), off

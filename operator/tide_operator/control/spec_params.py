@@ -54,7 +54,8 @@ def policy_params(spec: TideDeploymentSpec, profile_points: Iterable[tuple[int, 
         decision=DecisionParams(
             speedup_margin_percent=control.decision.speedup_margin_percent,
             hysteresis_percent=control.decision.hysteresis_percent,
-            min_dwell_s=duration_seconds(control.decision.min_dwell)),
+            min_dwell_s=duration_seconds(control.decision.min_dwell),
+            probe_interval_s=duration_seconds(control.decision.probe_interval)),
         drift=DriftParams(
             short_half_life_s=duration_seconds(control.drift.short_half_life),
             long_half_life_s=duration_seconds(control.drift.long_half_life),

@@ -1,10 +1,19 @@
-"""Speculate or not: modelled speedup at the observed batch size, with hysteresis and dwell time.
+"""Speculate or not: the fleet-wide switch, with hysteresis and dwell time.
+
+What is judged depends on who handles the load. With adaptive tokens the engine applies the
+policy's tokens-per-batch-size table at the true batch size every step, g=0 where speculation does
+not pay, with no dwell: the switch judges the draft (its best modelled speedup over the table's
+batch sizes) and leaves the load to the table. A switch that also followed the load added its dwell
+on top of the table, so a short low-load burst after high load never speculated (issue 15,
+mechanism 2). Without adaptive tokens (K everywhere) the switch is the only way to stop losing at
+high load: it judges the speedup at the observed batch size.
 
 On once speedup > 1 + margin; off only once it falls below 1 + margin - hysteresis. Either
 condition must hold at every observation for min_dwell seconds before the switch (like the HPA's
 stabilization window), so noise that crosses a threshold now and then never flips the state, and
-two switches are always at least min_dwell apart. Missing observations (Prometheus down, no
-traffic) hold the current state: acting on nothing is how controllers flap.
+two switches are always at least min_dwell apart (a probe, probe.py, is the exception: one rate
+window). Missing observations (Prometheus down, no traffic) hold the current state: acting on
+nothing is how controllers flap.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from enum import StrEnum
 from tide_operator.control.cost_model import (
     DEFAULT_PROFILE,
     CostProfile,
+    best_speculative_tokens,
     practical_speedup,
 )
 
@@ -47,11 +57,12 @@ REASON_DWELL = "MinDwellNotElapsed"
 
 @dataclass(frozen=True)
 class DecisionParams:
-    """spec.control.decision: speedupMarginPercent, hysteresisPercent, minDwell (seconds)."""
+    """spec.control.decision: speedupMarginPercent, hysteresisPercent, minDwell, probeInterval (seconds)."""
 
     speedup_margin_percent: float = 5.0
     hysteresis_percent: float = 3.0
     min_dwell_s: float = 120.0
+    probe_interval_s: float = 600.0  # 0: never probe (probe.py)
 
     def __post_init__(self) -> None:
         if self.speedup_margin_percent < 0:
@@ -60,6 +71,8 @@ class DecisionParams:
             raise ValueError("decision.hysteresisPercent must be >= 0 and leave the off threshold above 0")
         if self.min_dwell_s < 0:
             raise ValueError("decision.minDwell must be >= 0")
+        if self.probe_interval_s < 0:
+            raise ValueError("decision.probeInterval must be >= 0 (0: no probes)")
 
     @property
     def on_threshold(self) -> float:
@@ -86,6 +99,7 @@ class SpeculationInput:
     max_speculative_tokens: int
     adaptive_tokens: bool = True
     has_draft: bool = True
+    max_batch_size: int = 256  # the table's last batch size (the engine's max_num_seqs)
 
 
 @dataclass(frozen=True)
@@ -95,7 +109,7 @@ class Decision:
     message: str
     state: SpeculationState
     speculative_tokens: int = 0  # g at the observed batch size (0 when off or unknown)
-    speedup: float | None = None
+    speedup: float | None = None  # what is judged: the draft at its best with adaptive tokens, else here
 
 
 def decide_speculation(
@@ -114,7 +128,15 @@ def decide_speculation(
     a, b = observed.acceptance_rate, observed.batch_size
     if a is None or b is None or math.isnan(a) or math.isnan(b):
         return _unobserved(observed, state, now)
-    g, speedup = _modelled(observed, a, b, profile)
+    a = min(max(a, 0.0), 1.0)
+    if observed.adaptive_tokens:
+        g, speedup, best_batch = _draft_at_its_best(observed, a, profile)
+        g_here, _ = best_speculative_tokens(a, b, observed.max_speculative_tokens, profile, params.off_threshold)
+        numbers = (f"speedup={speedup:.3f} at the draft's best batch_size={best_batch} g={g} "
+                   f"acceptance_rate={a:.3f}; the table's g={g_here} at batch_size={b:.1f}")
+        return _by_model(state, params, now=now, numbers=numbers, g=g_here, speedup=speedup)
+    g = observed.max_speculative_tokens
+    speedup = practical_speedup(a, g, b, profile)
     numbers = f"speedup={speedup:.3f} at batch_size={b:.1f} acceptance_rate={a:.3f} g={g}"
     return _by_model(state, params, now=now, numbers=numbers, g=g, speedup=speedup)
 
@@ -171,13 +193,18 @@ def _by_model(
     return _switch(state, reason, message, now=now, enabled=not state.enabled, g=switch_g, speedup=speedup)
 
 
-def _modelled(observed: SpeculationInput, a: float, b: float, profile: CostProfile) -> tuple[int, float]:
-    """The g >= 1 speculation would use and its modelled speedup (below 1 when it does not pay)."""
-    a = min(max(a, 0.0), 1.0)
-    candidates = (
-        range(1, observed.max_speculative_tokens + 1) if observed.adaptive_tokens else [observed.max_speculative_tokens]
-    )
-    return max(((g, practical_speedup(a, g, b, profile)) for g in candidates), key=lambda gs: gs[1])
+def _draft_at_its_best(observed: SpeculationInput, a: float, profile: CostProfile) -> tuple[int, float, int]:
+    """The best g, speedup and batch size over the table's range 1..max_batch_size.
+
+    Between two profile points c and beta are affine in log(batch size), so at each g the speedup is
+    monotone there (beta's cap at g + 1 only makes the step cost concave): the best is at a point of
+    the profile or at an end of the range.
+    """
+    last = max(observed.max_batch_size, 1)
+    sizes = {1, last} | {p.batch_size for p in profile.points if 1 < p.batch_size < last}
+    k = observed.max_speculative_tokens
+    return max(((g, practical_speedup(a, g, b, profile), b) for b in sorted(sizes) for g in range(1, k + 1)),
+               key=lambda gsb: gsb[1])
 
 
 def _hold(state: SpeculationState, reason: str, message: str, g: int = 0, speedup: float | None = None) -> Decision:

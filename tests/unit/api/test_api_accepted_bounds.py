@@ -28,6 +28,8 @@ def spec_with(section: str, value: dict[str, Any]) -> dict[str, Any]:
     ("canary", {"analysisWindow": "0s"}, "spec.control.canary.analysisWindow"),
     ("canary", {"analysisWindow": "0h0m"}, "spec.control.canary.analysisWindow"),
     ("drift", {"shortHalfLife": "0s"}, "spec.control.drift.shortHalfLife"),
+    ("decision", {"probeInterval": "30s"}, "spec.control.decision.probeInterval"),  # one probe after another
+    ("decision", {"probeInterval": "24h1s"}, "spec.control.decision.probeInterval"),
     ("drift", {"thresholdPercent": 100}, "spec.control.drift.thresholdPercent"),
     ("costProfile", {"points": [{"batchSize": 1, "draftCostPermille": 200, "verifyCostPercent": 99}]},
      "spec.control.costProfile.points[0].verifyCostPercent"),
@@ -49,6 +51,9 @@ def test_a_spec_the_pass_cannot_run_is_refused_by_the_crd_and_named_by_parse_spe
 @pytest.mark.parametrize(("section", "value"), [
     ("canary", {"analysisWindow": "1s"}),
     ("drift", {"shortHalfLife": "1s", "thresholdPercent": 99}),
+    ("decision", {"probeInterval": "0s"}),  # no probes
+    ("decision", {"probeInterval": "1m"}),
+    ("decision", {"probeInterval": "24h"}),
     ("costProfile", {"points": [{"batchSize": 1, "draftCostPermille": 0, "verifyCostPercent": 100}]}),
     ("storage", {"endpoint": "http://minio.tide-system.svc:9000", "region": "us-east-1"}),
     ("storage", {"endpoint": "https://10.0.0.7/", "region": "auto"}),

@@ -9,6 +9,7 @@ import pytest
 
 from tide_operator.control import actions as act
 from tide_operator.control.canary import PodGroupMetrics
+from tide_operator.control.cost_model import tokens_for_batch_size
 from tide_operator.control.lifecycle import Phase, TrainingObservation, TrainingStatus
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState, decide
 from tide_operator.control.speculation import SpeculationMode
@@ -45,19 +46,38 @@ def drive(
     return log, state
 
 
+def _switches(log: list[tuple[float, act.Action]]) -> list[tuple[float, act.SetSpeculation]]:
+    return [(t, a) for t, a in log if isinstance(a, act.SetSpeculation) and a.reason != "SpeculativeTokensRetuned"]
+
+
 def speculation_switches(log: list[tuple[float, act.Action]]) -> list[bool]:
-    return [a.enabled for _, a in log if isinstance(a, act.SetSpeculation) and a.reason != "SpeculativeTokensRetuned"]
+    return [a.enabled for _, a in _switches(log)]
 
 
-def test_good_draft_at_low_load_speculates_and_turns_off_when_load_makes_it_lose() -> None:
+def _low_high_low() -> list[Observation]:
     rng = random.Random(3)
     low = [observe(0.6 * (1 + rng.gauss(0, 0.02)), 8 * (1 + rng.gauss(0, 0.1))) for _ in range(40)]
     high = [observe(0.6 * (1 + rng.gauss(0, 0.02)), 480 * (1 + rng.gauss(0, 0.1))) for _ in range(40)]
-    log, state = drive(low + high + low)
-    assert speculation_switches(log) == [True, False, True]  # no flapping on the way
+    return low + high + low
+
+
+def test_good_draft_speculates_at_low_load_and_its_table_stops_at_high_load() -> None:
+    """Adaptive tokens: the table drafts nothing where speculation loses; the switch judges the draft."""
+    log, state = drive(_low_high_low(), params=PolicyParams(target_revision="rev-1", max_batch_size=512))
+    assert speculation_switches(log) == [True]  # the draft pays at low load: the switch stays on
     tables = [a.tokens_per_batch_size for _, a in log if isinstance(a, act.SetSpeculation) and a.enabled]
     assert tables[-1] is not None
     assert tables[-1][0][2] >= 2
+    assert tokens_for_batch_size(tables[-1], 480) == 0
+    assert state.speculation.enabled
+
+
+def test_without_adaptive_tokens_speculation_turns_off_when_load_makes_it_lose() -> None:
+    params = PolicyParams(target_revision="rev-1", max_batch_size=512, adaptive_speculative_tokens=False)
+    log, state = drive(_low_high_low(), params=params)
+    switches = [s for s, (_, a) in zip(speculation_switches(log), _switches(log), strict=True)
+                if a.reason != "ProbingDraft"]
+    assert switches == [True, False, True]  # no flapping on the way
     assert state.speculation.enabled
 
 

@@ -15,6 +15,7 @@ def test_defaults_map_to_the_documented_policy_defaults():
     assert params.target_revision == "r1"
     assert params.speculation is SpeculationMode.ADAPTIVE
     assert params.decision.min_dwell_s == 120
+    assert params.decision.probe_interval_s == 600
     assert params.drift.long_half_life_s == 1800
     assert params.capture.max_buffer_bytes == 2 * 1024**3
     assert params.capture.retention_s == 86400
@@ -28,7 +29,7 @@ def test_every_knob_set_in_the_spec_arrives():
     spec = parse_spec({**BASE, "draft": {"numSpeculativeTokens": 5}, "control": {
         "speculation": "Off", "paused": True, "draftPin": "v7", "abortCanary": True,
         "adaptiveSpeculativeTokens": False,
-        "decision": {"speedupMarginPercent": 9, "hysteresisPercent": 4, "minDwell": "30s"},
+        "decision": {"speedupMarginPercent": 9, "hysteresisPercent": 4, "minDwell": "30s", "probeInterval": "1h"},
         "drift": {"shortHalfLife": "1m", "longHalfLife": "10m", "thresholdPercent": 7, "minSamples": 50},
         "costProfile": {"points": [{"batchSize": 1, "draftCostPermille": 40, "verifyCostPercent": 105},
                                    {"batchSize": 64, "draftCostPermille": 80, "verifyCostPercent": 160}]},
@@ -45,7 +46,7 @@ def test_every_knob_set_in_the_spec_arrives():
     assert params.num_speculative_tokens == 5
     assert params.adaptive_speculative_tokens is False
     assert (params.decision.speedup_margin_percent, params.decision.hysteresis_percent,
-            params.decision.min_dwell_s) == (9, 4, 30)
+            params.decision.min_dwell_s, params.decision.probe_interval_s) == (9, 4, 30, 3600)
     assert (params.drift.short_half_life_s, params.drift.long_half_life_s, params.drift.threshold_percent,
             params.drift.min_samples) == (60, 600, 7, 50)
     assert (params.capture.enabled, params.capture.sampling_percent, params.capture.max_buffer_samples,

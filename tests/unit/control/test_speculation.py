@@ -188,6 +188,7 @@ def test_adaptive_g_is_the_models_best_and_fixed_g_uses_the_maximum() -> None:
         ({"speedup_margin_percent": -1}, "speedupMarginPercent"),
         ({"min_dwell_s": -5}, "minDwell"),
         ({"hysteresis_percent": -1}, "hysteresisPercent"),
+        ({"probe_interval_s": -1}, "probeInterval"),
     ],
 )
 def test_bad_decision_params_name_the_field(kwargs: dict, field: str) -> None:

@@ -13,6 +13,8 @@ from tide_operator.control.canary import CanaryAnalysis
 from tide_operator.control.lifecycle import LifecycleState, TrainingObservation, TrainingStatus
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState
+from tide_operator.control.probe import ProbeState
+from tide_operator.control.speculation import SpeculationState
 from tide_operator.control_loop import EffectError, SensorReading, control_pass
 from tide_operator.pod_convergence import CanaryPods
 from tide_operator.serving_status import StatusDraft
@@ -258,3 +260,20 @@ def test_a_switch_carried_out_by_rolling_the_pods_is_a_warning_event():
     assert [(e.type, e.action) for e in rolled] == [("Warning", "RollPods")]
     assert "restart_required" in rolled[0].message
     assert condition(draft, "SpeculationEnabled").message.endswith("pods rolled (no runtime switch)")
+
+
+def test_pods_probing_the_draft_converge_to_speculating_while_the_switch_is_off():
+    """A probe (control/probe.py) has the pods speculate with its table although the switch is off:
+    a pass in the middle of it must not converge them back to off."""
+    table = ((1, 40, 1), (41, 256, 0))
+    settled = PolicyState.from_dict(_settled().status.control_state)
+    state = replace(settled, speculation=SpeculationState(enabled=False, changed_at=-1000.0), acceptance_estimate=0.1,
+                    table=table, probe=ProbeState(started_at=60.0, quiet_since=-700.0, best_acceptance=0.7))
+    draft, effects = serving_draft(control_state=state.to_dict()), RecordingEffects()
+    unmeasured_yet = Observation(batch_size=16, acceptance_samples=0, promoted_version="initial")
+    after = control_pass(draft, PARAMS, SensorReading(unmeasured_yet), effects, now=90.0)
+    assert after.probe.running
+    assert not any(isinstance(a, act.SetSpeculation) for a in effects.done)
+    assert effects.converged == [(True, after.lifecycle.capture_enabled)]
+    assert effects.bands == table
+    assert condition(draft, "SpeculationEnabled").reason == "ProbingDraft"
