@@ -27,7 +27,7 @@ SPEC_COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draf
 class SweepSettings:
     concurrencies: Sequence[int] = DEFAULT_CONCURRENCIES
     output_tokens: int = 64  # per request; long enough that prefill is a small share of the time
-    rounds: int = 1  # repeats per point, summed (more rounds: less noise, longer sweep)
+    rounds: int = 2  # rounds per point and mode, alternating off/on, summed (more: less noise, longer)
     prompts: Sequence[str] = ("Describe the sea in one long paragraph.",)
     timeout_s: float = 300.0
 
@@ -79,27 +79,42 @@ def _concurrent(calls: Sequence[Callable[[], int]]) -> int:
     return sum(results)  # type: ignore[arg-type]
 
 
-def measure_point(
-    base_url: str, model: str, concurrency: int, speculation: bool, settings: SweepSettings
+def measure_round(
+    base_url: str, model: str, concurrency: int, speculation: bool, settings: SweepSettings, round_no: int = 0
 ) -> SweepPoint:
-    """``rounds`` rounds of ``concurrency`` simultaneous completions, timed, with the counters' deltas."""
+    """One round of ``concurrency`` simultaneous completions, timed, with the counters' deltas."""
     metrics_url = base_url.rstrip("/") + "/metrics"
+    prompts = [settings.prompts[(round_no + i) % len(settings.prompts)] for i in range(concurrency)]
+    calls = [lambda p=p: _complete(base_url, model, p, settings.output_tokens, settings.timeout_s) for p in prompts]
     before = _get(metrics_url, settings.timeout_s)
-    tokens, elapsed = 0, 0.0
-    for r in range(settings.rounds):
-        prompts = [settings.prompts[(r + i) % len(settings.prompts)] for i in range(concurrency)]
-        calls = [lambda p=p: _complete(base_url, model, p, settings.output_tokens, settings.timeout_s)
-                 for p in prompts]
-        start = time.perf_counter()
-        tokens += _concurrent(calls)
-        elapsed += time.perf_counter() - start
+    start = time.perf_counter()
+    tokens = _concurrent(calls)
+    elapsed = time.perf_counter() - start
     after = _get(metrics_url, settings.timeout_s)
     drafts, drafted, accepted = (counter_total(after, n) - counter_total(before, n) for n in SPEC_COUNTERS)
     return SweepPoint(concurrency, speculation, tokens, elapsed, drafts, drafted, accepted)
 
 
+def _total(rounds: Sequence[SweepPoint]) -> SweepPoint:
+    first = rounds[0]
+    return SweepPoint(first.concurrency, first.speculation, sum(r.output_tokens for r in rounds),
+                      sum(r.elapsed_s for r in rounds), sum(r.drafts for r in rounds),
+                      sum(r.draft_tokens for r in rounds), sum(r.accepted_tokens for r in rounds))
+
+
+def _measure_pair(base_url: str, model: str, control: sc.ServingControlClient, concurrency: int,
+                  settings: SweepSettings) -> list[SweepPoint]:
+    """Off and on, round by round in alternating order, so load from elsewhere falls on both alike."""
+    rounds: dict[bool, list[SweepPoint]] = {False: [], True: []}
+    for r in range(settings.rounds):
+        for enabled in ((False, True) if r % 2 == 0 else (True, False)):
+            control.set_speculation(sc.SpeculationRequest(enabled=enabled))
+            rounds[enabled].append(measure_round(base_url, model, concurrency, enabled, settings, r))
+    return [_total(rounds[False]), _total(rounds[True])]
+
+
 def run_sweep(base_url: str, control: sc.ServingControlClient, settings: SweepSettings) -> Sweep:
-    """Off and on at every concurrency (alternating, so slow drift hits both), then speculation as it was."""
+    """Off and on at every concurrency, then speculation as it was before the sweep."""
     model = served_model(base_url)
     was = control.status().speculation
     warm = SweepSettings(concurrencies=(), output_tokens=8, prompts=settings.prompts, timeout_s=settings.timeout_s)
@@ -107,11 +122,9 @@ def run_sweep(base_url: str, control: sc.ServingControlClient, settings: SweepSe
     try:
         for enabled in (False, True):  # warm both paths before timing anything
             control.set_speculation(sc.SpeculationRequest(enabled=enabled))
-            measure_point(base_url, model, max(settings.concurrencies), enabled, warm)
+            measure_round(base_url, model, max(settings.concurrencies), enabled, warm)
         for b in settings.concurrencies:
-            for enabled in (False, True):
-                control.set_speculation(sc.SpeculationRequest(enabled=enabled))
-                points.append(measure_point(base_url, model, b, enabled, settings))
+            points += _measure_pair(base_url, model, control, b, settings)
     finally:
         restore = sc.SpeculationRequest(enabled=was.enabled, tokens_per_batch_size=was.tokens_per_batch_size)
         control.set_speculation(restore)
