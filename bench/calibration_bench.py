@@ -63,8 +63,8 @@ def render(table: list[dict[str, float]], points: list[dict[str, int]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="exit 1 when the calibrated model misses by > 15%%")
-    ap.add_argument("--tokens", type=int, default=128, help="tokens per request (default 128)")
-    ap.add_argument("--rounds", type=int, default=4, help="rounds per point and mode (default 4)")
+    ap.add_argument("--tokens", type=int, default=64, help="tokens per request (default 64)")
+    ap.add_argument("--rounds", type=int, default=8, help="rounds per point and mode, the fastest counts (default 8)")
     ap.add_argument("--json", type=Path, help="write both sweeps and the table here")
     args = ap.parse_args(argv)
 

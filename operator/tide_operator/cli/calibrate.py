@@ -29,7 +29,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                      "(default: $TIDE_CONTROL_TOKEN)")
     cal.add_argument("--concurrency", default="1,2,4,8,16", help="concurrencies to sweep (default 1,2,4,8,16)")
     cal.add_argument("--tokens", type=int, default=64, help="tokens per request (default 64)")
-    cal.add_argument("--rounds", type=int, default=2, help="rounds per point and mode (default 2)")
+    cal.add_argument("--rounds", type=int, default=5, help="rounds per point and mode, the fastest counts (default 5)")
     cal.add_argument("--prompt", action="append", help="prompt text (repeatable; default: a generic one)")
     cal.add_argument("--save-measurements", type=Path, help="write the sweep's measurements here")
     cal.add_argument("--config-map", help="ConfigMap name (default: the TideDeployment's configMapRef)")
