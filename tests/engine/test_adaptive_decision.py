@@ -24,7 +24,7 @@ from tide_contracts import serving_control as sc
 pytestmark = pytest.mark.vllm
 
 CONCURRENCIES = (1, 4, 16)
-NOISE = 0.10  # two shared cores: the same point measured twice differs by up to ~20% (bench)
+NOISE = 0.15  # issue 15's tolerance; on two shared cores the same point measured twice differs by ~20% (bench)
 PROMPTS = tuple(f"w{10 + i} w{40 + i} w{70 + i}" for i in range(16))
 
 
