@@ -50,7 +50,7 @@ def measure(args: argparse.Namespace) -> Sweep:
 
     if not args.control_url:
         raise ValueError("--endpoint needs --control-url (the plugin's speculation switch)")
-    token = args.token_file.read_text().strip() if args.token_file else os.environ.get("TIDE_CONTROL_TOKEN", "")
+    token = args.token_file.read_text().strip() if args.token_file else os.environ.get(sc.CONTROL_TOKEN_ENV, "")
     settings = SweepSettings(concurrencies=tuple(int(b) for b in args.concurrency.split(",")),
                              output_tokens=args.tokens, rounds=args.rounds,
                              **({"prompts": tuple(args.prompt)} if args.prompt else {}))
