@@ -1,4 +1,4 @@
-"""`tide` (or `python -m tide_operator.cli`, or `kubectl tide`): status and plots of TideDeployments."""
+"""`tide` (or `python -m tide_operator.cli`, or `kubectl tide`): status, plots and calibration of TideDeployments."""
 
 from __future__ import annotations
 
@@ -55,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
     plot.add_argument("--rate-window", default=None, help="rate() range, e.g. 1m (default: 4 steps, >= 10s)")
     plot.add_argument("--deployment-label", default="label_tide_dev_deployment",
                       help="label naming the TideDeployment on vLLM series")
+    from tide_operator.cli.calibrate import add_parser
+
+    add_parser(commands, common)
     return root
 
 
@@ -103,17 +106,34 @@ def run_plot(args: argparse.Namespace, api: object, namespace: str) -> int:
     return 0
 
 
+def run_calibrate(args: argparse.Namespace, api: object, namespace: str) -> int:
+    from tide_operator.cli.calibrate import run_calibrate as calibrate
+
+    try:
+        sys.stdout.write(calibrate(args, api, namespace))
+    except ValueError as err:  # no ConfigMap named, a bad measurement: say so, no traceback
+        sys.stderr.write(f"tide calibrate: {err}\n")
+        return 1
+    return 0
+
+
+def _needs_cluster(args: argparse.Namespace) -> bool:
+    from tide_operator.cli.calibrate import needs_cluster
+
+    return args.command != "calibrate" or needs_cluster(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from kubernetes.client.rest import ApiException
 
     from tide_operator.cli.kube import api_client, default_namespace
 
-    api = api_client(args.kubeconfig, args.context)
+    api = api_client(args.kubeconfig, args.context) if _needs_cluster(args) else None
     namespace = args.namespace or default_namespace(args.kubeconfig, args.context)
     try:
-        command = {"status": run_status, "history": run_history, "plot": run_plot}[args.command]
-        return command(args, api, namespace)
+        command = {"status": run_status, "history": run_history, "plot": run_plot, "calibrate": run_calibrate}
+        return command[args.command](args, api, namespace)
     except ApiException as err:
         if err.status == 404:
             sys.stderr.write(f"tide: TideDeployment {namespace}/{args.name} not found\n")

@@ -1,0 +1,88 @@
+"""Issue 15 item 7: the operator's speculate-or-not decision against the faster mode measured live.
+
+One vLLM CPU server (tiny bigram target). A sweep with the good draft calibrates the cost profile
+(what `tide calibrate` writes); then separate, held-out sweeps, once with the good draft and once
+after a hot swap to a random one, measure throughput with speculation off and on at each load. At
+each load, decide_speculation (Adaptive, no margin, hysteresis or dwell, from either starting
+state) fed the calibrated profile and the acceptance measured there must choose the mode measured
+faster. On two CPU cores the tiny target has no break-even in batch size (the good draft wins at
+every concurrency, the random one loses at every one), so the test covers both sides of the model's
+break-even through acceptance. Loads where the two modes are within NOISE of each other are not
+judged (either choice is right); each draft must leave at least one judged load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from serving_vllm_helpers import TOKEN
+
+from tide_contracts import serving_control as sc
+
+pytestmark = pytest.mark.vllm
+
+CONCURRENCIES = (1, 4, 16)
+NOISE = 0.15  # issue 15's tolerance; on two shared cores the same point measured twice differs by ~20% (bench)
+PROMPTS = tuple(f"w{10 + i} w{40 + i} w{70 + i}" for i in range(16))
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from tide_serving.testing.server import ServerConfig, start_server
+
+    tmp = tmp_path_factory.mktemp("adaptive")
+    env = {sc.CONTROL_TOKEN_ENV: TOKEN, "TIDE_STATE_DIR": str(tmp / "state"),
+           "TIDE_TARGET_REVISION": "tiny-bigram-1", "TIDE_LOCAL_DRAFTS_DIR": str(tmp_path_factory.getbasetemp())}
+    srv = start_server(ServerConfig(target=tiny_models.target, draft=tiny_models.good_draft,
+                                    log_path=tmp / "server.log", env=env))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _decides(sweep, b: int, profile, start_enabled: bool) -> bool:
+    from tide_operator.control.speculation import (
+        DecisionParams,
+        SpeculationInput,
+        SpeculationMode,
+        SpeculationState,
+        decide_speculation,
+    )
+
+    observed = SpeculationInput(acceptance_rate=sweep.acceptance_rate(b), batch_size=float(b),
+                                max_speculative_tokens=sweep.speculative_tokens, adaptive_tokens=False)
+    params = DecisionParams(speedup_margin_percent=0.0, hysteresis_percent=0.0, min_dwell_s=0.0)
+    decision = decide_speculation(observed, SpeculationState(enabled=start_enabled), SpeculationMode.ADAPTIVE,
+                                  params, now=1000.0, profile=profile)
+    return decision.state.enabled
+
+
+def test_the_decision_picks_the_faster_mode_measured(server, tiny_models, tmp_path: Path) -> None:
+    from tide_operator.calibration_sweep import SweepSettings, run_sweep
+    from tide_operator.control.calibration import cost_points, profile_from_spec_points, spec_points
+    from tide_serving.testing.tiny_models import publish_draft
+
+    client = sc.ServingControlClient(server.control_url, TOKEN, timeout_s=120)
+    settings = SweepSettings(concurrencies=CONCURRENCIES, output_tokens=64, rounds=4, prompts=PROMPTS)
+    profile = profile_from_spec_points(spec_points(cost_points(run_sweep(server.base_url, client, settings))))
+    held_out = {"good": run_sweep(server.base_url, client, settings)}
+    random_dir = publish_draft(tiny_models.random_draft, tmp_path / "v1", version="v1")
+    assert client.load_draft(sc.DraftLoadRequest(source=str(random_dir), version="v1")).draft.version == "v1"
+    held_out["random"] = run_sweep(server.base_url, client, settings)
+
+    report = []
+    for draft, sweep in held_out.items():
+        judged = 0
+        for b in CONCURRENCIES:
+            measured = sweep.measured_speedup(b)
+            chosen = {_decides(sweep, b, profile, start) for start in (False, True)}
+            report.append(f"{draft} b={b} measured={measured:.3f} decided on={chosen}")
+            if abs(measured - 1.0) <= NOISE:
+                continue
+            judged += 1
+            assert chosen == {measured > 1.0}, "\n".join(report)
+        assert judged >= 1, f"{draft}: every load within {NOISE:.0%} of break-even\n" + "\n".join(report)
+    print("\n".join(report))  # the figures, with -s
