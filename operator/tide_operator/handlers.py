@@ -73,7 +73,10 @@ def adopt(body: kopf.Body) -> Any:
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile-on-spec-change")
 @kopf.on.update(GROUP, VERSION, PLURAL, field=("metadata", "annotations", ROTATE_ANNOTATION),
                 id="reconcile-on-token-rotation")
-@kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.resync_interval_seconds, id="reconcile-resync")
+# backoff: a pass that raised (the apiserver away for a moment) is retried at the resync cadence, not after
+# Kopf's default 60 s, which let an outage of seconds cost a canary its measurements.
+@kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.resync_interval_seconds, backoff=CONFIG.resync_interval_seconds,
+            id="reconcile-resync")
 def reconcile_tide_deployment(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     with metrics.reconcile_timer():
         result = reconcile(dict(body), Cluster(), CONFIG, adopt(body), PROMETHEUS)

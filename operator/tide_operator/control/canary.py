@@ -19,9 +19,12 @@ interval apart over a longer Prometheus rate window share most of their counters
 understates the noise of independent windows, which the band's floor (the minimum gain) bounds.
 More failed measurements than failureLimit fails the analysis at once. consecutiveSuccessLimit
 successful measurements in a row succeed it at once (Argo Rollouts 1.8's field of that name): a
-clearly better draft need not wait out the window. At the end of the window the analysis succeeds
-only if its last measurement, which judges every measurement before it, was Successful; otherwise
-it is Inconclusive, which like a failure keeps the old draft.
+clearly better draft need not wait out the window. The window is a count of measurements
+(analysisWindow / interval, Argo's `count`), not a deadline: passes the operator could not run (an
+apiserver outage, a restart) take none, so an outage extends the analysis instead of ending it on
+too little evidence. Once they are taken the analysis succeeds only if its last measurement, which
+judges every measurement before it, was Successful; otherwise it is Inconclusive, which like a
+failure keeps the old draft.
 
 What the canary ran is carried in the analysis (mechanism 3 of issue 15): each measurement's
 per-token acceptance of the canary pods (position 0's acceptance, which is a whatever g ran; else
@@ -75,6 +78,15 @@ class CanaryParams:
             raise ValueError("canary.consecutiveSuccessLimit must be >= 0")
         if self.measurement_interval_s <= 0:
             raise ValueError("canary.measurementInterval must be > 0")
+
+    @property
+    def measurements(self) -> int:
+        """The window's measurements (Argo's count): the analysis ends after this many are taken.
+
+        Counted, not timed: passes the operator could not run (an apiserver outage, a restart) take
+        no measurement, so an outage extends the canary instead of ending it on too little evidence.
+        """
+        return max(1, round(self.analysis_window_s / self.measurement_interval_s))
 
 
 @dataclass(frozen=True)
@@ -149,6 +161,10 @@ class CanaryAnalysis:
         """A measurement is due one interval after the start or the previous measurement."""
         last = self.started_at if self.measured_at is None else self.measured_at
         return now - last >= params.measurement_interval_s
+
+    @property
+    def taken(self) -> int:
+        return self.successful + self.failed + self.inconclusive
 
     @property
     def mean_canary_length(self) -> float | None:
@@ -235,7 +251,7 @@ def analysis_phase(analysis: CanaryAnalysis, params: CanaryParams, now: float) -
         return AnalysisPhase.FAILED
     if 0 < params.consecutive_success_limit <= analysis.consecutive_successes:
         return AnalysisPhase.SUCCESSFUL
-    if now - analysis.started_at < params.analysis_window_s:
+    if analysis.taken < params.measurements:
         return AnalysisPhase.RUNNING
     # The last measurement judged every difference of the window (the sequential test's verdict).
     if analysis.consecutive_successes >= 1:

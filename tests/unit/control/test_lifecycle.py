@@ -370,13 +370,16 @@ def test_a_restart_mid_canary_resumes_without_repeating_work() -> None:
     status = json.loads(json.dumps(lifecycle_to_dict(before)))
     resumed = rebuild_lifecycle(status, job_run_ids=["r1"], now=130.0)
     assert resumed == before
-    step = step_lifecycle(
-        resumed,
-        inputs(canary=PodGroupMetrics(2.2, 1.0), control=PodGroupMetrics(2.0, 1.0)),
-        PARAMS,
-        now=300.0,
-    )
-    assert kinds(step.actions) == ["Promote"]
+    # Past the window's time, three of its five measurements missing (the operator was down): the
+    # same analysis goes on, and promotes without a second canary or run.
+    seen: list[str] = []
+    state = resumed
+    for now in (300.0, 360.0, 420.0):
+        step = step_lifecycle(state, inputs(canary=PodGroupMetrics(2.2, 1.0), control=PodGroupMetrics(2.0, 1.0)),
+                              PARAMS, now=now)
+        seen, state = seen + kinds(step.actions), step.state
+    assert seen == ["Promote"]
+    assert state.canary is None
 
 
 @pytest.mark.parametrize(
@@ -445,8 +448,8 @@ def test_measurement_conditions(canary: PodGroupMetrics, control: PodGroupMetric
         ([MeasurementResult.FAILED], 0, 60, AnalysisPhase.FAILED),
         ([MeasurementResult.FAILED], 1, 60, AnalysisPhase.RUNNING),
         ([MeasurementResult.SUCCESSFUL] * 3, 0, 299, AnalysisPhase.RUNNING),
-        (
-            [MeasurementResult.INCONCLUSIVE] * 2 + [MeasurementResult.SUCCESSFUL] * 2,
+        (  # the window's five measurements taken: the last one's verdict on all of them decides
+            [MeasurementResult.INCONCLUSIVE] * 3 + [MeasurementResult.SUCCESSFUL] * 2,
             0,
             300,
             AnalysisPhase.SUCCESSFUL,
@@ -458,12 +461,15 @@ def test_measurement_conditions(canary: PodGroupMetrics, control: PodGroupMetric
             AnalysisPhase.INCONCLUSIVE,
         ),
         (
-            [MeasurementResult.SUCCESSFUL] * 2 + [MeasurementResult.INCONCLUSIVE] * 2,
+            [MeasurementResult.SUCCESSFUL] * 2 + [MeasurementResult.INCONCLUSIVE] * 3,
             0,
             300,
             AnalysisPhase.INCONCLUSIVE,
         ),
-        ([], 0, 300, AnalysisPhase.INCONCLUSIVE),
+        # Past the window's time with measurements missing (passes that never ran: an outage): the
+        # window is Argo's count of measurements, not a deadline, so the analysis goes on.
+        ([MeasurementResult.SUCCESSFUL] * 2 + [MeasurementResult.INCONCLUSIVE] * 2, 0, 300, AnalysisPhase.RUNNING),
+        ([], 0, 300, AnalysisPhase.RUNNING),
     ],
 )
 def test_analysis_verdicts(results: list[MeasurementResult], limit: int, now: float, phase: AnalysisPhase) -> None:

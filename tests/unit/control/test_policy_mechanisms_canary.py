@@ -45,25 +45,28 @@ def _canary_policy_state() -> PolicyState:
 
 
 def _observe(batch: float, canary: PodGroupMetrics) -> Observation:
-    control = PodGroupMetrics(expected_acceptance_length(CONTROL_A, 3), 100.0)
+    g = 3 if batch <= 64 else 1  # the control pods run the fleet's table like the canary pods
+    control = PodGroupMetrics(expected_acceptance_length(CONTROL_A, g), 100.0)
     return Observation(per_position_acceptance=(CONTROL_A,), batch_size=batch, acceptance_samples=5000,
                        promoted_version="v1", canary=canary, control=control, ready_pods=("pod-0", "pod-1"))
 
 
-def _promote_after_load_rises(canary: PodGroupMetrics) -> tuple[list[act.Action], PolicyState]:
+def _promote_after_load_rises(canary: PodGroupMetrics, at_200: PodGroupMetrics | None = None
+                              ) -> tuple[list[act.Action], PolicyState]:
     """The canary is measured at batch 16 (g=3); the load is at 200 (g=1) in the pass that promotes."""
     params = PolicyParams(target_revision="rev-1",
-                          canary=CanaryParams(analysis_window_s=270, consecutive_success_limit=0))
+                          canary=CanaryParams(analysis_window_s=300, consecutive_success_limit=0))
     state = _canary_policy_state()
-    for now in range(30, 241, 30):
+    for now in range(30, 271, 30):  # four of the window's five measurements at batch 16
         _, state = decide(_observe(16, canary), state, params, float(now))
         assert state.lifecycle.phase is Phase.CANARY
-    return decide(_observe(200, canary), state, params, 270.0)
+    return decide(_observe(200, at_200 or canary), state, params, 300.0)  # the fifth, then the verdict
 
 
 def test_promoted_estimate_uses_the_g_the_canary_ran_not_the_fleets_g_at_promotion() -> None:
     canary = PodGroupMetrics(expected_acceptance_length(TRUE_A, 3), 100.0)  # mean length only
-    actions, state = _promote_after_load_rises(canary)
+    at_200 = PodGroupMetrics(expected_acceptance_length(TRUE_A, 1), 100.0)  # the canary pods run g=1 there too
+    actions, state = _promote_after_load_rises(canary, at_200)
     assert any(isinstance(a, act.Promote) for a in actions)
     # The fleet's g at batch 200 is 1: inverting the g=3 length with it gives 0.925.
     assert state.acceptance_estimate == pytest.approx(TRUE_A, abs=0.005)
