@@ -4,6 +4,8 @@ A candidate must beat the served draft on held-out data (TIDE Algorithm 1), wait
 interval between promotions, then pass a canary analysis on live traffic (control/canary.py). A
 failed or inconclusive analysis, or files the registry or the pods refuse, roll back exactly the
 canary pods; after MAX_CONSECUTIVE_ROLLBACKS in a row collection waits for the next shift.
+Capture stays off while a candidate is judged (lifecycle_training.py: the run has its samples);
+Promoted and RolledBack collect again.
 """
 
 from __future__ import annotations
@@ -58,12 +60,12 @@ def evaluating(state: LifecycleState, inputs: LifecycleInput, params: LifecycleP
     if state.last_promotion_at is not None:
         wait = state.last_promotion_at + params.canary.min_promotion_interval_s - now
         if wait > 0:
-            return stay(state, "PromotionIntervalNotElapsed", f"{numbers}; {wait:.0f}s to wait", capture=True)
+            return stay(state, "PromotionIntervalNotElapsed", f"{numbers}; {wait:.0f}s to wait", capture=False)
     # The canary pods are chosen here and kept in the state: the rollback swaps back exactly these.
     pods = tuple(sorted(inputs.ready_pods)[:params.canary.replicas])
     started = replace(state, canary=CanaryAnalysis(started_at=now), canary_pods=pods)
     message = numbers + ": canary on " + (", ".join(pods) or "no ready pod")
-    step = to_phase(started, Phase.CANARY, now, "CandidateBetter", message, capture=True)
+    step = to_phase(started, Phase.CANARY, now, "CandidateBetter", message, capture=False)
     return with_action(step, act.StartCanary(state.candidate, params.canary.replicas, step.reason, step.message, pods))
 
 
@@ -84,7 +86,7 @@ def canary_phase(state: LifecycleState, inputs: LifecycleInput, params: Lifecycl
         counts = f"first draft, judged by modelled speedup and throughput: {counts}"
     verdict = analysis_phase(analysis, params.canary, now)
     if verdict is AnalysisPhase.RUNNING:
-        return stay(state, "CanaryRunning", counts, capture=True)
+        return stay(state, "CanaryRunning", counts, capture=False)
     if verdict is not AnalysisPhase.SUCCESSFUL:
         return roll_back(state, now, f"Canary{verdict.value}", counts)
     promoted = replace(
@@ -100,7 +102,7 @@ def canary_phase(state: LifecycleState, inputs: LifecycleInput, params: Lifecycl
         last_canary_reason="CanarySuccessful",
         last_canary_message=f"{candidate} promoted: {counts}",
     )
-    step = to_phase(promoted, Phase.PROMOTED, now, "CanarySuccessful", counts, capture=True)
+    step = to_phase(promoted, Phase.PROMOTED, now, "CanarySuccessful", counts, capture=False)
     return with_action(step, act.Promote(candidate, step.reason, counts))
 
 

@@ -4,6 +4,14 @@ Guards: one training run at a time; exponential backoff after a failed run and a
 maxFailures (until the next shift). A run after a shift trains on what was captured since the shift
 (LaunchTraining.captured_since). A "not better" verdict stops collection (TIDE Algorithm 1) unless
 the shift signal is still raised (ShiftPersists: train again on new samples, ever more rarely).
+
+Capture runs while Collecting only. Once a run launches it has its samples; what it captured after
+would feed only a next round, and whether one follows is the verdict's to say (a "not better" stops
+collection), so capture pauses while the run trains and its candidate is judged (Evaluating, Canary)
+and the next round collects its own sampleThreshold after the verdict. Capture costs serving
+throughput (the policy bench charges 2%); paid through every run and canary it bought samples that
+were discarded or pruned, and in the bench's high-load phases (where the table drafts nothing) it
+was the difference between 0.975 and 0.99 of no speculation.
 """
 
 from __future__ import annotations
@@ -68,14 +76,15 @@ def _launch(state: LifecycleState, params: LifecycleParams, now: float, why: str
     reason = "ShiftPersists" if state.retrain_at is not None else "SampleThresholdReached"
     launched = replace(state, run_counter=state.run_counter + 1, active_run=run_id, last_run=run_id,
                        buffer_baseline=0, retrain_at=None)
-    step = to_phase(launched, Phase.TRAINING, now, reason, message, capture=True)
+    # The run has its samples: capture pauses until the verdict (module docstring).
+    step = to_phase(launched, Phase.TRAINING, now, reason, message, capture=False)
     return with_action(step, act.LaunchTraining(run_id, step.reason, message, captured_since=state.shift_at))
 
 
 def training(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
     seen = inputs.training
     if seen is None or seen.run_id != state.active_run or seen.status is TrainingStatus.RUNNING:
-        return stay(state, "TrainingRunning", f"waiting for run {state.active_run}", capture=True)
+        return stay(state, "TrainingRunning", f"waiting for run {state.active_run}", capture=False)
     if seen.status is TrainingStatus.NOT_BETTER:
         return _not_better(state, seen, inputs, params, now)
     if seen.status is TrainingStatus.SUCCEEDED and seen.candidate_acceptance_length is not None:
@@ -89,7 +98,7 @@ def training(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePar
             not_better_runs=0,
         )
         message = f"run {seen.run_id}: eval acceptance_length={seen.candidate_acceptance_length:.3f}"
-        return to_phase(done, Phase.EVALUATING, now, "TrainingSucceeded", message, capture=True)
+        return to_phase(done, Phase.EVALUATING, now, "TrainingSucceeded", message, capture=False)
     failures = state.training_failures + 1
     failed = replace(state, active_run=None, training_failures=failures, last_failure_at=now)
     outcome = _FAILURE_OUTCOMES.get(seen.status, seen.status.value)

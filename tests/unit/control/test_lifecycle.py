@@ -71,11 +71,11 @@ def succeeded(run_id: str, candidate: float, served: float | None = 2.0) -> Trai
         (state(Phase.SERVING, capture_enabled=False), inputs(), Phase.SERVING, [], "Serving"),
         # Collecting: train at the sample threshold.
         (state(Phase.COLLECTING), inputs(buffer_samples=99), Phase.COLLECTING, [], "Collecting"),
-        (
+        (  # the run has its samples: capture pauses until its verdict (test_policy_costs.py)
             state(Phase.COLLECTING),
             inputs(buffer_samples=100),
             Phase.TRAINING,
-            ["LaunchTraining"],
+            ["SetCapture", "LaunchTraining"],
             "SampleThresholdReached",
         ),
         (
@@ -86,16 +86,17 @@ def succeeded(run_id: str, candidate: float, served: float | None = 2.0) -> Trai
             "Collecting",
         ),
         # Training: wait, then evaluate or count a failure.
-        (state(Phase.TRAINING, active_run="r1"), inputs(), Phase.TRAINING, [], "TrainingRunning"),
+        (state(Phase.TRAINING, active_run="r1", capture_enabled=False), inputs(), Phase.TRAINING, [],
+         "TrainingRunning"),
         (
-            state(Phase.TRAINING, active_run="r1"),
+            state(Phase.TRAINING, active_run="r1", capture_enabled=False),
             inputs(training=TrainingObservation("r1", TrainingStatus.RUNNING)),
             Phase.TRAINING,
             [],
             "TrainingRunning",
         ),
         (
-            state(Phase.TRAINING, active_run="r1"),
+            state(Phase.TRAINING, active_run="r1", capture_enabled=False),
             inputs(training=succeeded("r1", 2.4)),
             Phase.EVALUATING,
             [],
@@ -139,7 +140,7 @@ def succeeded(run_id: str, candidate: float, served: float | None = 2.0) -> Trai
         ),
         # Evaluating: TIDE's rule, then the promotion interval.
         (
-            state(Phase.EVALUATING, candidate="r1", candidate_acceptance_length=2.4),
+            state(Phase.EVALUATING, candidate="r1", candidate_acceptance_length=2.4, capture_enabled=False),
             inputs(training=succeeded("r1", 2.4)),
             Phase.CANARY,
             ["StartCanary"],
@@ -160,7 +161,8 @@ def succeeded(run_id: str, candidate: float, served: float | None = 2.0) -> Trai
             "CandidateNotBetter",
         ),
         (
-            state(Phase.EVALUATING, candidate="r1", candidate_acceptance_length=2.4, last_promotion_at=9000.0),
+            state(Phase.EVALUATING, candidate="r1", candidate_acceptance_length=2.4, last_promotion_at=9000.0,
+                  capture_enabled=False),
             inputs(),
             Phase.EVALUATING,
             [],
@@ -172,6 +174,7 @@ def succeeded(run_id: str, candidate: float, served: float | None = 2.0) -> Trai
                 candidate="r1",
                 candidate_acceptance_length=2.4,
                 last_promotion_at=10000.0 - 1800,
+                capture_enabled=False,
             ),
             inputs(),
             Phase.CANARY,
@@ -195,7 +198,8 @@ def test_launch_uses_the_next_deterministic_run_id_and_resets_the_baseline() -> 
     step = step_lifecycle(
         state(Phase.COLLECTING, run_counter=4, buffer_baseline=10), inputs(buffer_samples=110), PARAMS, 0
     )
-    assert step.actions[0] == act.LaunchTraining("r5", step.reason, step.message)
+    assert step.actions == (act.SetCapture(False, step.reason, step.message),
+                            act.LaunchTraining("r5", step.reason, step.message))
     assert (step.state.active_run, step.state.run_counter, step.state.buffer_baseline) == ("r5", 5, 0)
 
 
@@ -227,7 +231,8 @@ def test_a_not_better_run_stops_collection_without_counting_a_failure() -> None:
     assert shifted.state.phase is Phase.COLLECTING
     launched = step_lifecycle(shifted.state, inputs(buffer_samples=10_100), PARAMS, now=103.0)
     # The run claims what was captured since that shift (issue 15, mechanism 5).
-    assert launched.actions == (act.LaunchTraining("r4", launched.reason, launched.message, captured_since=102.0),)
+    assert launched.actions[-1:] == (
+        act.LaunchTraining("r4", launched.reason, launched.message, captured_since=102.0),)
 
 
 def test_a_shift_after_giving_up_resets_the_failure_count() -> None:
@@ -574,8 +579,9 @@ def test_capture_switched_off_in_the_spec_stops_capture_in_any_phase(phase: Phas
     running = state(phase, **work)
     step = step_lifecycle(running, inputs(), off, now=10.0)
     assert not step.state.capture_enabled
+    # Training, Evaluating and Canary pause capture on their own (test_policy_costs.py), under their reason.
     assert [(a.enabled, a.reason) for a in step.actions if isinstance(a, act.SetCapture)] == [
-        (False, "CaptureDisabled")]
+        (False, "CaptureDisabled" if phase is Phase.COLLECTING else step.reason)]
 
     # A shift while capture is off collects nothing (a shift normally restarts collection).
     quiet = replace(running, capture_enabled=False)

@@ -166,7 +166,7 @@ def _in_canary(draft: StatusDraft) -> StatusDraft:
     state = PolicyState.from_dict(draft.status.control_state)
     canary = replace(state.lifecycle, phase=LifecyclePhase.CANARY, phase_since=0.0, candidate="c1",
                      candidate_acceptance_length=2.6, canary=CanaryAnalysis(started_at=0.0),
-                     canary_pods=("chat-vllm-a",))
+                     canary_pods=("chat-vllm-a",), capture_enabled=False)  # capture pauses in a canary
     return serving_draft(control_state=replace(state, lifecycle=canary).to_dict())
 
 
