@@ -21,8 +21,9 @@ SimEffects implements control_loop.Effects the way effects.ClusterEffects carrie
   canary pods to the fleet's setting once their canary ended (elsewhere production returns [] too);
   converge_drafts swaps any pod whose draft is not the pointer's (or the canary's candidate).
 The sensors are read_sensors' composition from the world: Prometheus' view (served version's pods
-for acceptance, canary and control groups with throughput per engine), the buffer since the last
-launch, the trainer Job's outcome (exit 7 = NotBetter with its numbers) and the ready pods.
+for acceptance, else every pod but the canary's; canary and control groups with throughput per
+engine), the buffer since the last launch, the trainer Job's outcome (exit 7 = NotBetter with its
+numbers) and the ready pods.
 """
 
 from __future__ import annotations
@@ -136,9 +137,9 @@ def sense(world: World, dep: Deployment, state: PolicyState, t: float) -> Sensor
     v = prom.view(world, dep, t)
     lifecycle = state.lifecycle
     candidate = lifecycle.candidate if lifecycle.phase is LifecyclePhase.CANARY else None
-    total = prom.group(v, set(v.by_version), 0, world)
+    others = prom.group(v, set(v.by_version) - {candidate}, 0, world)  # a canary never passes for the served
     served = prom.group(v, {dep.pointer.name}, 0, world)
-    acceptance = served if served.drafted_tokens else total
+    acceptance = served if served.drafted_tokens else others
     canary = control = None
     if candidate is not None:
         canary = prom.pod_group(prom.group(v, {candidate}, 1, world))
