@@ -5,8 +5,9 @@ does not pay at the current acceptance: a bad domain shift, a bad launch draft),
 followed it measured nothing: every such canary ended Inconclusive, counted as a rollback, and after
 two collection stopped, so a candidate trained exactly for the new traffic was never promoted.
 
-So a canary that starts while the fleet's pods do not speculate (Adaptive mode, switch off, no probe)
-has its pods speculate with the candidate on their own, and is judged like a first draft
+So a canary that starts while the fleet's switch is off (Adaptive mode; a probe running then ends
+within one window) has its pods speculate with the candidate on their own whenever the fleet's pods do
+not (pod convergence; while a probe runs they follow it like every pod), and is judged like a first draft
 (canary.measure_first_draft): its modelled speedup at the observed load must clear the on-threshold,
 and its throughput must hold against the control pods, which do not speculate. There is no live
 acceptance of the served draft to beat. Under ``speculation: Off`` the pods stay off (the user's).

@@ -89,7 +89,7 @@ class LifecycleInput:
     first_draft: bool = False
     batch_size: float | None = None  # running requests per engine, for the first draft's speedup
     ready_pods: tuple[str, ...] = ()  # serving pods that are ready and answer: a canary starts on some of them
-    # The fleet's pods do not speculate (Adaptive mode, switch off, no probe): a canary started now has
+    # The fleet's switch is off (Adaptive mode; a probe ends within a window): a canary started now has
     # its pods speculate with the candidate on their own, with canary_bands (None: the launch table),
     # and is judged like a first draft against control pods that do not speculate.
     canary_alone: bool = False

@@ -330,8 +330,9 @@ def _lifecycle_input(
         ready_pods=observation.ready_pods,
         first_draft=observation.promoted_version is None,  # nothing but the bootstrap head at K=0 served
         batch_size=observation.batch_size,
-        # canary_speculation.py: the fleet's pods do not speculate, so a canary's would measure nothing.
-        canary_alone=params.speculation is SpeculationMode.ADAPTIVE and not state.speculating,
+        # canary_speculation.py: the fleet's switch is off, so a canary's pods would measure nothing (a probe
+        # running now ends within one window).
+        canary_alone=params.speculation is SpeculationMode.ADAPTIVE and not state.speculation.enabled,
         canary_bands=candidate_bands(state.lifecycle.candidate_acceptance_length, params.num_speculative_tokens,
                                      params.max_batch_size, params.profile, params.decision.off_threshold,
                                      adaptive_tokens=params.adaptive_speculative_tokens),

@@ -116,6 +116,17 @@ def test_the_canary_pods_are_told_to_speculate_with_the_candidates_table() -> No
     assert state.lifecycle.canary_bands == start.tokens_per_batch_size
 
 
+def test_a_canary_started_during_a_probe_speculates_alone_too() -> None:
+    """The probe ends within one window and the fleet's pods stop again: the switch decides, not the probe."""
+    state = _fleet_off_with_a_better_candidate()
+    probing = PolicyState(speculation=state.speculation, lifecycle=state.lifecycle, acceptance_estimate=SERVED_A,
+                          probe=ProbeState(started_at=0.0, best_acceptance=0.6))
+    actions, state = decide(Pods(fleet_on=True).observe(), probing, PARAMS, 30.0)
+    start = next(a for a in actions if isinstance(a, act.StartCanary))
+    assert start.speculate
+    assert state.lifecycle.canary_alone
+
+
 def test_a_worse_candidate_alone_is_still_rolled_back() -> None:
     """Judged like a first draft: a candidate that does not pay at the observed load fails."""
     pods, state = _run(candidate_a=0.15)
