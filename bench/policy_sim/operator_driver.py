@@ -9,17 +9,21 @@ SimEffects implements control_loop.Effects the way effects.ClusterEffects carrie
 - LaunchTraining: a trainer Job from the pointer's draft on the window claim_shards claims: the newest
   of the buffer, since the shift when the action carries its time (topped up to sampleThreshold).
 - CancelTraining: the Job is deleted: it never posts a result.
-- StartCanary: exactly the chosen pods load the candidate (their speculation is the fleet's).
+- StartCanary: exactly the chosen pods load the candidate; with ``speculate`` (the fleet does not
+  speculate) they switch on with its table, else their speculation is the fleet's.
 - Promote: the pointer moves to vN; every ready pod loads it.
 - RollBack: the canary pods load the pointer's draft again.
 - ServeDraft: every pod loads the named version (None: the launch draft).
 - InvalidateArtifacts: a no-op in production (readers ignore other revisions); a no-op here.
-- converge: pods never restart here, so none missed a switch (production returns [] then too; while a
-  probe runs it converges pods to speculating with the probe's table, which they already do here);
+- converge: as production's, every pod whose switch or table differs from the fleet's (the probe's while
+  one runs; a canary's own for its pods while it speculates alone) is switched. Pods never restart here,
+  so this corrects only a fleet-wide switch that reached a canary pod speculating alone, and returns
+  canary pods to the fleet's setting once their canary ended (elsewhere production returns [] too);
   converge_drafts swaps any pod whose draft is not the pointer's (or the canary's candidate).
 The sensors are read_sensors' composition from the world: Prometheus' view (served version's pods
-for acceptance, canary and control groups with throughput per engine), the buffer since the last
-launch, the trainer Job's outcome (exit 7 = NotBetter with its numbers) and the ready pods.
+for acceptance, else every pod but the canary's; canary and control groups with throughput per
+engine), the buffer since the last launch, the trainer Job's outcome (exit 7 = NotBetter with its
+numbers) and the ready pods.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from tide_operator.control.lifecycle import TrainingObservation, TrainingStatus
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState
 from tide_operator.control.spec_params import policy_params
 from tide_operator.control_loop import SensorReading, control_pass
-from tide_operator.pod_convergence import CanaryPods
+from tide_operator.pod_convergence import CanaryPods, CanarySpeculation
 from tide_operator.serving_status import StatusDraft
 
 SPEC = {  # the product's defaults: only what a TideDeployment must say
@@ -80,6 +84,10 @@ class SimEffects:
 
     def start_canary(self, action: act.StartCanary) -> None:
         self._load(self.dep.versions[action.candidate], set(action.pods))
+        if action.speculate:
+            for pod in self.dep.pods:
+                if pod.name in action.pods:
+                    pod.enabled, pod.bands = True, action.tokens_per_batch_size
 
     def promote(self, action: act.Promote) -> None:
         self.dep.promotions += 1
@@ -96,8 +104,16 @@ class SimEffects:
     def invalidate(self, action: act.InvalidateArtifacts) -> None:
         return  # production: readers ignore other revisions, retention deletes them
 
-    def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None) -> list[str]:
-        return []  # no pod here started after a switch
+    def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None,
+                 canary: CanarySpeculation | None = None) -> list[str]:
+        fixed = []
+        for pod in self.dep.pods:
+            on, table = (True, canary.bands) if canary is not None and pod.name in canary.pods else (
+                speculation, bands if speculation else None)
+            if pod.enabled != on or (on and pod.bands != table):  # pod_convergence._speculation_differs
+                pod.enabled, pod.bands = on, table
+                fixed.append(f"{pod.name}: speculation {'on' if on else 'off'}")
+        return fixed
 
     def converge_drafts(self, canary: CanaryPods | None) -> list[str]:
         swapped = []
@@ -121,9 +137,9 @@ def sense(world: World, dep: Deployment, state: PolicyState, t: float) -> Sensor
     v = prom.view(world, dep, t)
     lifecycle = state.lifecycle
     candidate = lifecycle.candidate if lifecycle.phase is LifecyclePhase.CANARY else None
-    total = prom.group(v, set(v.by_version), 0, world)
+    others = prom.group(v, set(v.by_version) - {candidate}, 0, world)  # a canary never passes for the served
     served = prom.group(v, {dep.pointer.name}, 0, world)
-    acceptance = served if served.drafted_tokens else total
+    acceptance = served if served.drafted_tokens else others
     canary = control = None
     if candidate is not None:
         canary = prom.pod_group(prom.group(v, {candidate}, 1, world))

@@ -23,7 +23,7 @@ from tide_operator.control.cost_model import expected_acceptance_length, practic
 from tide_operator.control.lifecycle import LifecycleState, refuse_candidate
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState, decide
-from tide_operator.pod_convergence import CanaryPods
+from tide_operator.pod_convergence import CanaryPods, CanarySpeculation
 from tide_operator.serving_status import EventNote, StatusDraft
 
 PODS_CONVERGED = "PodsConverged"
@@ -62,7 +62,8 @@ class Effects(Protocol):
     def roll_back(self, action: act.RollBack) -> None: ...
     def serve_draft(self, action: act.ServeDraft) -> None: ...
     def invalidate(self, action: act.InvalidateArtifacts) -> None: ...
-    def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None) -> list[str]: ...
+    def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None,
+                 canary: CanarySpeculation | None = None) -> list[str]: ...
     def converge_drafts(self, canary: CanaryPods | None) -> list[str]: ...  # the pods swapped, described
 
 
@@ -145,11 +146,15 @@ def _converge(draft: StatusDraft, effects: Effects, actions: list[act.Action], s
 
     Not while paused (the user holds the pods as they are), nor in a pass that just switched every pod.
     A probe (control/probe.py) has the pods speculate while the switch is off: they converge to that.
+    A canary started while the fleet did not speculate keeps its pods speculating with the candidate
+    while the fleet still does not (control/canary_speculation.py); once it ends (promoted, rolled
+    back) they converge to the fleet's setting like every other pod.
     """
     if params.paused or any(isinstance(a, act.SetSpeculation | act.SetCapture) for a in actions):
         return
     try:
-        fixed = effects.converge(state.speculating, state.lifecycle.capture_enabled, state.table)
+        fixed = effects.converge(state.speculating, state.lifecycle.capture_enabled, state.table,
+                                 _speculating_canary(state))
     except EffectError as e:
         draft.condition(ConditionType.DEGRADED, True, e.reason, f"converging pods: {e}", warn=True)
         return
@@ -157,6 +162,14 @@ def _converge(draft: StatusDraft, effects: Effects, actions: list[act.Action], s
         draft.events.append(EventNote("Normal", PODS_CONVERGED, "; ".join(fixed) + " (missed while it started)",
                                       action="Converge"))
     _converge_drafts(draft, effects, actions, state, params)
+
+
+def _speculating_canary(state: PolicyState) -> CanarySpeculation | None:
+    """The canary whose pods speculate on their own: only while it runs and the fleet's pods do not."""
+    lifecycle = state.lifecycle
+    if lifecycle.phase is not LifecyclePhase.CANARY or not lifecycle.canary_alone or state.speculating:
+        return None
+    return CanarySpeculation(lifecycle.canary_pods, lifecycle.canary_bands)
 
 
 # Actions that load drafts on pods: a pass that took one leaves the swapping of stragglers to the next.

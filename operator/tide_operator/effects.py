@@ -44,6 +44,7 @@ from tide_operator.manifests.trainer import bootstrap_location, build_trainer_jo
 from tide_operator.pod_convergence import (
     LAUNCH_DRAFT_VERSION,
     CanaryPods,
+    CanarySpeculation,
     DesiredDrafts,
     DesiredPods,
     DraftLoad,
@@ -102,22 +103,34 @@ class ClusterEffects:
         desired = self._desired(speculation=False, capture=action.enabled)
         self.fleet.set_capture(action.enabled, desired.sampling_rate, desired.destination)
 
-    def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None) -> list[str]:
-        """Repeat the switches a pod missed (it started after them); returns what was corrected."""
+    def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None,
+                 canary: CanarySpeculation | None = None) -> list[str]:
+        """Repeat the switches a pod missed (it started after them, or a fleet-wide switch reached a canary pod
+        that speculates on its own); returns what was corrected."""
         desired = replace(self._desired(speculation, capture), bands=self._on_bands(bands) if speculation else None)
         statuses = self.fleet.statuses(ready_only=True)
-        first = self._first_draft_canaries(statuses) if not speculation else set()
-        canary = replace(desired, speculation=True, bands=full_bands(self.spec.draft.num_speculative_tokens))
-        fixes = corrections({p: s for p, s in statuses.items() if p not in first}, desired)
-        fixes += corrections({p: s for p, s in statuses.items() if p in first}, canary)
+        own = self._canary_speculation(statuses, desired, canary) if not speculation else {}
         by_name = {p.name: p for p in self.fleet.pods}
-        for fix in fixes:
-            pod = [by_name[fix.pod]]
-            if fix.speculation is not None:
-                self.fleet.set_speculation(fix.speculation, (canary if fix.pod in first else desired).bands, pod)
-            if fix.capture is not None:
-                self.fleet.set_capture(fix.capture, desired.sampling_rate, desired.destination, pod)
+        fixes = []
+        for name, status in sorted(statuses.items()):
+            wanted = own.get(name, desired)
+            for fix in corrections({name: status}, wanted):
+                if fix.speculation is not None:
+                    self.fleet.set_speculation(fix.speculation, wanted.bands, [by_name[name]])
+                if fix.capture is not None:
+                    self.fleet.set_capture(fix.capture, desired.sampling_rate, desired.destination, [by_name[name]])
+                fixes.append(fix)
         return [fix.describe() for fix in fixes]
+
+    def _canary_speculation(self, statuses: Mapping[str, ServingStatus | None], desired: DesiredPods,
+                            canary: CanarySpeculation | None) -> dict[str, DesiredPods]:
+        """Canary pods that speculate while the fleet does not: a first draft's (K), or a canary's (its bands)."""
+        first = replace(desired, speculation=True, bands=full_bands(self.spec.draft.num_speculative_tokens))
+        own = dict.fromkeys(self._first_draft_canaries(statuses), first)
+        if canary is not None:
+            alone = replace(desired, speculation=True, bands=self._on_bands(canary.bands))
+            own.update(dict.fromkeys((p for p in canary.pods if p in statuses), alone))
+        return own
 
     def _desired(self, speculation: bool, capture: bool) -> DesiredPods:
         destination = s3_uri(self.name, self.namespace, self.spec.storage.s3, "captures") + "/"
@@ -168,7 +181,9 @@ class ClusterEffects:
         source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "candidates", action.candidate)
         self.fleet.load_draft(source, None, self.canary_pods(action.pods))
         if self._bootstrap() is not None and self._current_pointer() is None:
-            self._first_draft_speculates(self.canary_pods(action.pods))
+            self._canary_speculates(self.canary_pods(action.pods), full_bands(self.spec.draft.num_speculative_tokens))
+        elif action.speculate:  # the fleet does not speculate: the canary pods do, with the candidate's table
+            self._canary_speculates(self.canary_pods(action.pods), self._on_bands(action.tokens_per_batch_size))
 
     def promote(self, action: act.Promote) -> None:
         try:
@@ -275,13 +290,15 @@ class ClusterEffects:
             return full_bands(self.spec.draft.num_speculative_tokens)
         return bands
 
-    def _first_draft_speculates(self, pods: list[ServingPod]) -> None:
-        """The first draft's canary pods draft with it; the others stay at K=0 (the throughput control).
+    def _canary_speculates(self, pods: list[ServingPod], bands: act.Bands | None) -> None:
+        """The canary pods draft with the candidate while the others do not (the throughput control): a first
+        draft's (the others at K=0), or any canary while the fleet's switch is off. Rollback and promotion
+        return them to the fleet's setting through convergence (control_loop._converge).
 
         Pods that switch only by a restart cannot: their canary measures nothing and ends Inconclusive.
         """
         with contextlib.suppress(RestartRequired):
-            self.fleet.set_speculation(True, full_bands(self.spec.draft.num_speculative_tokens), pods)
+            self.fleet.set_speculation(True, bands, pods)
 
     def _first_draft_canaries(self, statuses: Mapping[str, ServingStatus | None]) -> set[str]:
         """Without a promoted draft, pods serving a candidate (not the head, not a vN) are a first canary."""

@@ -44,6 +44,15 @@ class Correction:
         return f"{self.pod}: {', '.join(parts)}"
 
 
+@dataclass(frozen=True)
+class CanarySpeculation:
+    """A canary whose pods speculate with the candidate while the fleet does not (control/canary_speculation.py):
+    they converge to speculation on with ``bands`` (None: the launch table) until it ends, then to the fleet's."""
+
+    pods: tuple[str, ...]
+    bands: Bands | None = None
+
+
 def corrections(statuses: Mapping[str, ServingStatus | None], desired: DesiredPods) -> list[Correction]:
     """Pods whose reported state differs from ``desired``, in name order.
 

@@ -116,13 +116,17 @@ def observation(
     """The Prometheus part of the policy's Observation (the caller adds S3 and Job fields).
 
     Acceptance comes from the served draft's pods when `served_version` has any (so a canary does not
-    blur it), else from all pods. With a candidate, canary = its pods and control = all others.
+    blur it), else from all pods but the candidate's: a canary speculating while the fleet does not
+    (control/canary_speculation.py) must not pass for the served draft. With a candidate, canary = its
+    pods and control = all others.
     """
     if metrics is None:
         return Observation()  # no series at all: insufficient data, the policy holds its state
     total = metrics.total
     served = metrics.pod_group_metrics({served_version}) if served_version is not None else None
-    acceptance = served if served is not None and served.drafted_tokens else total
+    others = total if candidate_version is None else metrics.pod_group_metrics(
+        {v for v in metrics.raw_by_version if v != candidate_version})
+    acceptance = served if served is not None and served.drafted_tokens else others
     canary = control = None
     if candidate_version is not None:
         canary = metrics.pod_group({candidate_version})

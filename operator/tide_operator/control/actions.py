@@ -54,6 +54,10 @@ class StartCanary:
     reason: str
     message: str
     pods: tuple[str, ...] = ()  # the pods that load it (chosen by the lifecycle, kept in its state)
+    # The fleet does not speculate: the canary pods speculate with the candidate on their own, with
+    # this table (None: the launch table, K at every batch size), until the canary ends.
+    speculate: bool = False
+    tokens_per_batch_size: Bands | None = None
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ def _pinned(state: LifecycleState, inputs: LifecycleInput, now: float) -> Step:
     if state.active_run is not None:
         actions.append(act.CancelTraining(state.active_run, "DraftPinned", "spec.draftPin is set"))
     cleared = replace(state, active_run=None, candidate=None, candidate_acceptance_length=None, canary=None,
-                      canary_pods=(), retrain_at=None)
+                      canary_pods=(), canary_alone=False, canary_bands=None, retrain_at=None)
     message = f"serving pinned draft {inputs.draft_pin}"
     step = to_phase(cleared, Phase.SERVING, now, "DraftPinned", message, capture=False)
     return Step((*actions, *step.actions), step.state, step.reason, step.message)

@@ -63,10 +63,17 @@ def evaluating(state: LifecycleState, inputs: LifecycleInput, params: LifecycleP
             return stay(state, "PromotionIntervalNotElapsed", f"{numbers}; {wait:.0f}s to wait", capture=False)
     # The canary pods are chosen here and kept in the state: the rollback swaps back exactly these.
     pods = tuple(sorted(inputs.ready_pods)[:params.canary.replicas])
-    started = replace(state, canary=CanaryAnalysis(started_at=now), canary_pods=pods)
+    # The fleet does not speculate: the canary pods do, with the candidate, or they would measure nothing.
+    alone = inputs.canary_alone and not inputs.first_draft
+    bands = inputs.canary_bands if alone else None
+    started = replace(state, canary=CanaryAnalysis(started_at=now), canary_pods=pods, canary_alone=alone,
+                      canary_bands=bands)
     message = numbers + ": canary on " + (", ".join(pods) or "no ready pod")
+    if alone:
+        message += " (speculating with the candidate: the fleet does not speculate)"
     step = to_phase(started, Phase.CANARY, now, "CandidateBetter", message, capture=False)
-    return with_action(step, act.StartCanary(state.candidate, params.canary.replicas, step.reason, step.message, pods))
+    return with_action(step, act.StartCanary(state.candidate, params.canary.replicas, step.reason, step.message, pods,
+                                             speculate=alone, tokens_per_batch_size=bands))
 
 
 def canary_phase(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
@@ -79,11 +86,14 @@ def canary_phase(state: LifecycleState, inputs: LifecycleInput, params: Lifecycl
             # Control pods not speculating: compare with the served draft's remembered length.
             control = PodGroupMetrics(inputs.served_acceptance_length, control.generation_throughput)
         canary = inputs.canary or PodGroupMetrics(None, None)
-        analysis = record(analysis, _measurement(canary, control, inputs, params, analysis), canary, now, control)
+        result = _measurement(canary, control, inputs, params, analysis, alone=state.canary_alone)
+        analysis = record(analysis, result, canary, now, control)
     state = replace(state, canary=analysis)
     counts = f"successful={analysis.successful} failed={analysis.failed} inconclusive={analysis.inconclusive}"
     if inputs.first_draft:
         counts = f"first draft, judged by modelled speedup and throughput: {counts}"
+    elif state.canary_alone:
+        counts = f"the fleet does not speculate; judged by modelled speedup and throughput: {counts}"
     verdict = analysis_phase(analysis, params.canary, now)
     if verdict is AnalysisPhase.RUNNING:
         return stay(state, "CanaryRunning", counts, capture=False)
@@ -98,6 +108,8 @@ def canary_phase(state: LifecycleState, inputs: LifecycleInput, params: Lifecycl
         candidate_acceptance_length=None,
         canary=None,
         canary_pods=(),
+        canary_alone=False,
+        canary_bands=None,
         rollbacks=0,
         last_canary_reason="CanarySuccessful",
         last_canary_message=f"{candidate} promoted: {counts}",
@@ -107,10 +119,11 @@ def canary_phase(state: LifecycleState, inputs: LifecycleInput, params: Lifecycl
 
 
 def _measurement(canary: PodGroupMetrics, control: PodGroupMetrics, inputs: LifecycleInput,
-                 params: LifecycleParams, analysis: CanaryAnalysis) -> MeasurementResult:
+                 params: LifecycleParams, analysis: CanaryAnalysis, *, alone: bool) -> MeasurementResult:
     """Against the served draft, on the analysis' measured noise; a first draft (nothing served but the
-    bootstrap head at K=0) on its own."""
-    if inputs.first_draft:
+    bootstrap head at K=0), or a canary speculating while the fleet does not (``alone``: no live
+    acceptance of the served draft to beat), on its own against control pods that do not speculate."""
+    if inputs.first_draft or alone:
         return measure_first_draft(canary, control, inputs.batch_size, params.canary, params.first_draft)
     return measure(canary, control, params.canary, analysis)
 
@@ -161,7 +174,7 @@ def refuse_candidate(state: LifecycleState, reason: str, message: str, now: floa
 def roll_back(state: LifecycleState, now: float, reason: str, message: str) -> Step:
     candidate = state.candidate or ""
     back = replace(state, candidate=None, candidate_acceptance_length=None, canary=None, canary_pods=(),
-                   rollbacks=state.rollbacks + 1, last_canary_reason=reason,
+                   canary_alone=False, canary_bands=None, rollbacks=state.rollbacks + 1, last_canary_reason=reason,
                    last_canary_message=f"{candidate} rolled back: {message}")
     step = to_phase(back, Phase.ROLLED_BACK, now, reason, message, capture=state.capture_enabled)
     return with_action(step, act.RollBack(candidate, reason, message, state.canary_pods))

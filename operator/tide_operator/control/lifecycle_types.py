@@ -89,6 +89,11 @@ class LifecycleInput:
     first_draft: bool = False
     batch_size: float | None = None  # running requests per engine, for the first draft's speedup
     ready_pods: tuple[str, ...] = ()  # serving pods that are ready and answer: a canary starts on some of them
+    # The fleet's switch is off (Adaptive mode; a probe ends within a window): a canary started now has
+    # its pods speculate with the candidate on their own, with canary_bands (None: the launch table),
+    # and is judged like a first draft against control pods that do not speculate.
+    canary_alone: bool = False
+    canary_bands: act.Bands | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,10 @@ class LifecycleState:
     canary: CanaryAnalysis | None = None
     # The pods that got the candidate when the canary started: a rollback swaps exactly these back.
     canary_pods: tuple[str, ...] = ()
+    # The canary pods speculate with the candidate on their own (the fleet did not when it started), with
+    # this table (None: the launch table); pod convergence keeps them so until it ends.
+    canary_alone: bool = False
+    canary_bands: act.Bands | None = None
     last_run: str | None = None  # the latest run id launched (None in state from before run ids had a prefix)
     # How the last canary ended (CanarySuccessful, CanaryFailed, ChecksumMismatch, ...) and why:
     # status keeps saying so until the next canary, long after the one-pass Promoted/RolledBack.

@@ -19,6 +19,7 @@ from typing import Any
 from tide_operator.control import actions as act
 from tide_operator.control import probe as probing
 from tide_operator.control.canary import CanaryParams, FirstDraftParams, PodGroupMetrics
+from tide_operator.control.canary_speculation import candidate_bands
 from tide_operator.control.cost_model import (
     DEFAULT_PROFILE,
     CostProfile,
@@ -329,6 +330,12 @@ def _lifecycle_input(
         ready_pods=observation.ready_pods,
         first_draft=observation.promoted_version is None,  # nothing but the bootstrap head at K=0 served
         batch_size=observation.batch_size,
+        # canary_speculation.py: the fleet's switch is off, so a canary's pods would measure nothing (a probe
+        # running now ends within one window).
+        canary_alone=params.speculation is SpeculationMode.ADAPTIVE and not state.speculation.enabled,
+        canary_bands=candidate_bands(state.lifecycle.candidate_acceptance_length, params.num_speculative_tokens,
+                                     params.max_batch_size, params.profile, params.decision.off_threshold,
+                                     adaptive_tokens=params.adaptive_speculative_tokens),
     )
 
 
@@ -394,7 +401,12 @@ def _canary_acceptance(observation: Observation, state: PolicyState, params: Pol
 
 
 def _canary_tokens(observation: Observation, state: PolicyState, params: PolicyParams) -> int:
-    """The g the canary pods run with now: the fleet's table at the observed batch, else the full g."""
+    """The g the canary pods run with now: the fleet's table at the observed batch (their own while they
+    speculate alone), else the full g."""
+    lifecycle = state.lifecycle
+    if lifecycle.canary_alone and not state.speculating and observation.batch_size is not None:
+        bands = lifecycle.canary_bands
+        return (tokens_for_batch_size(bands, observation.batch_size) if bands else 0) or params.num_speculative_tokens
     if state.speculation.enabled and state.table is not None and observation.batch_size is not None:
         return tokens_for_batch_size(state.table, observation.batch_size) or params.num_speculative_tokens
     return params.num_speculative_tokens

@@ -26,6 +26,8 @@ def lifecycle_from_dict(data: dict[str, Any]) -> LifecycleState:
     canary = fields.get("canary")
     fields["canary"] = CanaryAnalysis.from_dict(canary) if canary is not None else None
     fields["canary_pods"] = tuple(fields.get("canary_pods", ()))  # JSON gives a list
+    bands = fields.get("canary_bands")
+    fields["canary_bands"] = tuple(tuple(band) for band in bands) if bands is not None else None
     return LifecycleState(**fields)
 
 

@@ -171,6 +171,23 @@ def test_observation_reads_the_served_version_and_splits_canary_from_control() -
     assert set(obs.by_version) == {"v1", "v2"}
 
 
+def test_a_canary_speculating_alone_never_passes_for_the_served_draft() -> None:
+    """The fleet's switch is off (v1's pods draft nothing) while the canary's pods (v2) speculate alone."""
+    quiet = {metric: [s for s in series if s["metric"].get("version") != "v1" or metric in _SERVING]
+             for metric, series in ANSWERS.items()}
+    adapter, _, _ = _adapter(quiet)
+    obs = observation(adapter.deployment(LLAMA), served_version="v1", candidate_version="v2")
+    assert obs.acceptance_samples == 0  # no acceptance of the served draft: the policy keeps its estimate
+    assert obs.per_position_acceptance == ()
+    assert obs.canary is not None
+    assert obs.canary.per_token_acceptance == pytest.approx(0.5)  # the canary is measured
+    # Without a canary every pod counts, as before.
+    assert observation(adapter.deployment(LLAMA), served_version="v1").acceptance_samples == 800
+
+
+_SERVING = (Metric.GENERATION_RATE, Metric.REQUESTS_RUNNING, Metric.ENGINES)
+
+
 def test_observation_without_series_is_empty() -> None:
     obs = observation(None)
     assert obs.acceptance_rate is None
