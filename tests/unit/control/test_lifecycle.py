@@ -383,7 +383,7 @@ def test_a_restart_mid_canary_resumes_without_repeating_work() -> None:
         step = step_lifecycle(state, inputs(canary=PodGroupMetrics(2.2, 1.0), control=PodGroupMetrics(2.0, 1.0)),
                               PARAMS, now=now)
         seen, state = seen + kinds(step.actions), step.state
-    assert seen == ["Promote"]
+    assert [k for k in seen if k != "SetCapture"] == ["Promote"]  # capture resumes for the next round
     assert state.canary is None
 
 
