@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tide_operator.control.cost_model import (
     CostPoint,
@@ -140,7 +141,7 @@ def predicted_speedup(sweep: Sweep, concurrency: int, profile: CostProfile) -> f
     return practical_speedup(sweep.acceptance_rate(concurrency), sweep.speculative_tokens, concurrency, profile)
 
 
-def sweep_from_json(document: dict) -> Sweep:
+def sweep_from_json(document: dict[str, Any]) -> Sweep:
     """The measurement JSON written by the sweep (and `tide calibrate --measure-only`)."""
     points = tuple(
         SweepPoint(
@@ -157,7 +158,7 @@ def sweep_from_json(document: dict) -> Sweep:
     return Sweep(points, int(document["numSpeculativeTokens"]))
 
 
-def sweep_to_json(sweep: Sweep) -> dict:
+def sweep_to_json(sweep: Sweep) -> dict[str, Any]:
     return {
         "numSpeculativeTokens": sweep.speculative_tokens,
         "points": [
