@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.unit.control.lifecycle_cases import PARAMS, REV, inputs, state
 from tide_operator.control import actions as act
 from tide_operator.control.canary import (
     AnalysisPhase,
@@ -21,7 +22,6 @@ from tide_operator.control.canary import (
 from tide_operator.control.lifecycle import (
     CaptureParams,
     LifecycleInput,
-    LifecycleParams,
     LifecycleState,
     Phase,
     TrainingObservation,
@@ -31,22 +31,6 @@ from tide_operator.control.lifecycle import (
     step_lifecycle,
 )
 from tide_operator.control.restart import lifecycle_from_dict, lifecycle_to_dict, rebuild_lifecycle
-
-PARAMS = LifecycleParams(
-    training=TrainingParams(sample_threshold=100, backoff_s=600, max_failures=3),
-    canary=CanaryParams(analysis_window_s=300, measurement_interval_s=60, min_promotion_interval_s=1800),
-)
-REV = "rev-1"
-
-
-def inputs(**kwargs: object) -> LifecycleInput:
-    base = {"shift": False, "buffer_samples": 0, "served_acceptance_length": 2.0, "target_revision": REV}
-    return LifecycleInput(**(base | kwargs))  # type: ignore[arg-type]
-
-
-def state(phase: Phase, **kwargs: object) -> LifecycleState:
-    fields = {"phase": phase, "phase_since": 0.0, "target_revision": REV, "capture_enabled": True} | kwargs
-    return LifecycleState(**fields)  # type: ignore[arg-type]
 
 
 def kinds(step_actions: tuple) -> list[str]:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from tests.unit.control import lifecycle_cases as cases
 from tide_operator.control import actions as act
 from tide_operator.control.canary import CanaryParams, PodGroupMetrics
 from tide_operator.control.lifecycle import (
@@ -28,13 +29,11 @@ PARAMS = LifecycleParams(
     canary=CanaryParams(analysis_window_s=300, measurement_interval_s=60, min_promotion_interval_s=0,
                         consecutive_success_limit=2),
 )
-REV = "rev-1"
+REV = cases.REV
 
 
 def inputs(**kwargs: object) -> LifecycleInput:
-    base = {"shift": False, "buffer_samples": 0, "served_acceptance_length": 2.0, "target_revision": REV,
-            "ready_pods": ("pod-0", "pod-1")}
-    return LifecycleInput(**(base | kwargs))  # type: ignore[arg-type]
+    return cases.inputs(**({"ready_pods": ("pod-0", "pod-1")} | kwargs))
 
 
 def captures(actions: tuple[act.Action, ...]) -> list[bool]:

@@ -12,36 +12,16 @@ from __future__ import annotations
 
 import json
 
+from tests.unit.control.lifecycle_cases import PARAMS, inputs, state
 from tide_operator.control import actions as act
-from tide_operator.control.canary import CanaryParams
 from tide_operator.control.lifecycle import (
-    LifecycleInput,
-    LifecycleParams,
-    LifecycleState,
     Phase,
     TrainingObservation,
-    TrainingParams,
     TrainingStatus,
     step_lifecycle,
 )
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState, decide
 from tide_operator.control.restart import lifecycle_from_dict, lifecycle_to_dict
-
-PARAMS = LifecycleParams(
-    training=TrainingParams(sample_threshold=100, backoff_s=600, max_failures=3),
-    canary=CanaryParams(analysis_window_s=300, measurement_interval_s=60, min_promotion_interval_s=1800),
-)
-REV = "rev-1"
-
-
-def inputs(**kwargs: object) -> LifecycleInput:
-    base = {"shift": False, "buffer_samples": 0, "served_acceptance_length": 2.0, "target_revision": REV}
-    return LifecycleInput(**(base | kwargs))  # type: ignore[arg-type]
-
-
-def state(phase: Phase, **kwargs: object) -> LifecycleState:
-    fields = {"phase": phase, "phase_since": 0.0, "target_revision": REV, "capture_enabled": True} | kwargs
-    return LifecycleState(**fields)  # type: ignore[arg-type]
 
 
 def launches(step_actions: tuple[act.Action, ...]) -> list[act.LaunchTraining]:
