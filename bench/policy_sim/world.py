@@ -24,7 +24,7 @@ import numpy as np
 
 from bench.policy_sim.generator import STEP_S, TICK_S, Scenario
 from tide_contracts.registry import CaptureObject
-from tide_operator.config import TrainerConfig
+from tide_operator.config import OperatorConfig, TrainerConfig
 from tide_operator.control.cost_model import DEFAULT_PROFILE, expected_acceptance_length, tokens_for_batch_size
 from tide_operator.control.lifecycle import CaptureParams
 from tide_operator.control.retention import claim_window
@@ -38,8 +38,12 @@ MAX_BUFFER_SAMPLES = 4096  # spec.control.capture.maxBufferSamples: the trainer'
 SAMPLE_THRESHOLD = 2048
 WINDOW_SHARDS = TrainerConfig().window_shards  # operator config trainer.windowShards: one run's claim
 RETENTION_S = CaptureParams().retention_s  # spec.control.capture.retention
-SCRAPE_S, RATE_WINDOW_S = 15.0, 300.0  # Prometheus: values as of the last scrape, rate(...[5m])
-ACCEPTANCE_NOISE, THROUGHPUT_NOISE, BATCH_NOISE = 0.03, 0.03, 0.10  # relative sd per query
+SCRAPE_S = 15.0  # Prometheus: values as of the last scrape
+RATE_WINDOW_S = OperatorConfig().prometheus_window_seconds  # the operator's queries: increase(...[60s])
+# Relative sd of one query's ratio over the operator's window (about 3% per group, issue 15). A window
+# averages one innovation per scrape interval, so queries whose windows overlap share that part of their
+# noise (two passes 30 s apart over 60 s windows: correlation 0.5), as Prometheus' increase() does.
+ACCEPTANCE_NOISE, THROUGHPUT_NOISE, BATCH_NOISE = 0.03, 0.03, 0.10
 # Per-version counters: drafts, drafted tokens, accepted tokens, accepted at position 0, generated, pod-steps.
 DRAFTS, DRAFT_TOKENS, ACCEPTED, POSITION0, GENERATED, POD_STEPS = range(6)
 
@@ -122,14 +126,23 @@ class Noise:
     def __init__(self, scenario: Scenario) -> None:
         rng = np.random.default_rng([7, scenario.seed, len(scenario.name)])
         scrapes, ticks = int(scenario.duration_s / SCRAPE_S) + 2, int(scenario.duration_s / TICK_S) + 2
-        self.acceptance = rng.normal(0, ACCEPTANCE_NOISE, (scrapes, 3))  # served, canary, control
-        self.throughput = rng.normal(0, THROUGHPUT_NOISE, (scrapes, 3))
+        early = np.random.default_rng([7, scenario.seed, len(scenario.name), 1])  # before the first scrape
+        self.acceptance = _windowed(rng, early, ACCEPTANCE_NOISE, scrapes)  # served, canary, control
+        self.throughput = _windowed(rng, early, THROUGHPUT_NOISE, scrapes)
         self.batch = rng.normal(0, BATCH_NOISE, scrapes)
         self.eval = rng.normal(0, scenario.world.eval_noise, (ticks, 2))  # candidate, baseline
         lo, hi = scenario.world.regression
         regress = rng.random(ticks) < scenario.world.regression_probability
         self.regression = np.where(regress, rng.uniform(lo, hi, ticks), 0.0)
         self.engine = rng.normal(0, 0.01, int(scenario.duration_s / STEP_S) + 2)  # in-engine monitor
+
+
+def _windowed(rng: np.random.Generator, early: np.random.Generator, sd: float, scrapes: int) -> np.ndarray:
+    """Per scrape and group: the mean of the innovations of the scrape intervals the rate window covers."""
+    per_window = max(1, round(RATE_WINDOW_S / SCRAPE_S))
+    z = np.vstack([early.normal(0, 1, (per_window - 1, 3)), rng.normal(0, 1, (scrapes, 3))])
+    sums = np.cumsum(np.vstack([np.zeros((1, 3)), z * sd * np.sqrt(per_window)]), axis=0)
+    return (sums[per_window:] - sums[:-per_window]) / per_window
 
 
 class World:
