@@ -6,7 +6,11 @@ acceptance, the drift detector is frozen, and speculation would stay off after t
 to where the draft is good. So, in Adaptive mode, once the served draft has shown no acceptance for
 ``decision.probeInterval`` (since the last switch or probe) and there is traffic, speculation is
 switched on for one Prometheus rate window: the window then holds only probe-time drafting, a
-measurement that feeds the estimate and the drift detector like any other. The normal decision
+measurement that feeds the estimate and the drift detector like any other. Probes back off: the first
+of a silence comes after probeInterval / 8, each one that finds the draft still not paying doubles
+the wait, up to probeInterval (never less than one window). Traffic that comes back soon comes back most often (a short excursion,
+a burst), and a probe that finds the draft still bad ends at its first measurement, so early probes
+are cheap; a silence that lasts settles at probeInterval. The normal decision
 decides at the probe's end, without a second min dwell (the window was the measurement); a probe
 whose first measurement shows the draft does not pay at the observed load ends at once.
 
@@ -14,8 +18,8 @@ Cost. A probe speculates only where it is cheap and can change the decision: at 
 table for the last estimate already speculates, its g; elsewhere g=1 (the cheapest g that measures)
 where the draft at its best measured acceptance would speculate, else 0. At high load, where even
 the best this draft has shown does not pay, a probe drafts nothing and so none is started. Probes
-are at least probeInterval apart and last at most one window: the duty cycle is at most
-window / (probeInterval + window).
+settle at probeInterval apart and last at most one window: the duty cycle settles at most at
+window / (probeInterval + window), and the first three (1/8, 1/4, 1/2 of it apart) cost at most a window each.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from tide_operator.control.actions import Bands
 from tide_operator.control.cost_model import CostProfile, best_speculative_tokens, practical_speedup
 
 REASON_PROBING = "ProbingDraft"  # a probe is running (the switch may be off)
+BACKOFF_STEPS = 3  # the first probe of a silence after probeInterval / 2**3
 REASON_PROBE_ENDED = "ProbeEnded"  # it showed the draft still does not pay: off again until the next one
 
 
@@ -34,6 +39,7 @@ class ProbeState:
     started_at: float | None = None  # a probe is running since
     quiet_since: float | None = None  # the served draft has shown no acceptance since (None: measured)
     best_acceptance: float | None = None  # the served draft's best per-token a so far
+    unpaid: int = 0  # probes of this silence that found the draft still not paying (the back-off)
 
     @property
     def running(self) -> bool:
@@ -84,7 +90,13 @@ def track(state: ProbeState, measured: bool, estimate: float | None, now: float)
     if not measured:
         return state if state.quiet_since is not None else replace(state, quiet_since=now)
     best = estimate if state.best_acceptance is None or estimate is None else max(state.best_acceptance, estimate)
-    return replace(state, quiet_since=None, best_acceptance=best)
+    unpaid = state.unpaid if state.running else 0  # measured by the fleet again: the silence is over
+    return replace(state, quiet_since=None, best_acceptance=best, unpaid=unpaid)
+
+
+def wait_s(state: ProbeState, interval_s: float, window_s: float) -> float:
+    """Silence before the next probe: probeInterval / 8, doubled by each unpaid probe, up to probeInterval."""
+    return max(window_s, interval_s / 2.0 ** max(0, BACKOFF_STEPS - state.unpaid))
 
 
 @dataclass(frozen=True)
@@ -100,13 +112,13 @@ class ProbePlan:
 
 def plan_start(state: ProbeState, model: DraftModel, estimate: float | None, batch_size: float | None,
                interval_s: float, window_s: float, now: float) -> ProbePlan | None:
-    """A probe when the draft went unmeasured for interval_s, there is traffic, and it would draft here.
+    """A probe when the draft went unmeasured for wait_s, there is traffic, and it would draft here.
 
     Never before one rate window of silence: the window must hold nothing but the probe's drafting.
     """
     if state.running or interval_s <= 0 or state.quiet_since is None:
         return None
-    if now - state.quiet_since < max(interval_s, window_s):
+    if now - state.quiet_since < wait_s(state, interval_s, window_s):
         return None
     if estimate is None or state.best_acceptance is None or batch_size is None or not batch_size > 0:
         return None
@@ -129,5 +141,5 @@ def started(state: ProbeState, now: float) -> ProbeState:
 
 
 def ended(state: ProbeState, now: float) -> ProbeState:
-    """The next probe waits probeInterval from here."""
-    return replace(state, started_at=None, quiet_since=now)
+    """The probe found the draft still not paying: the next one waits twice as long from here."""
+    return replace(state, started_at=None, quiet_since=now, unpaid=state.unpaid + 1)

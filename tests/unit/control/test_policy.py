@@ -134,7 +134,9 @@ def test_after_a_promotion_the_fleet_numbers_of_one_rate_window_are_not_a_shift(
     # The stale pass after the promotion, then two within the window: the old draft's 0.15 still shows.
     _, state = drive([observe(0.15, 16)] * 3, state, params=params, start=promoted_at + 30.0)
     assert state.shift_active is false_shift
-    assert (state.drift.short_ema is not None and state.drift.short_ema > 0.5) is not false_shift
+    assert state.drift.short_ema is not None
+    if not false_shift:  # the settling hold kept the stale numbers out of the detector
+        assert state.drift.short_ema > 0.5
 
 
 def test_prometheus_down_holds_every_decision() -> None:

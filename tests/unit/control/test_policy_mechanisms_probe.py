@@ -2,7 +2,8 @@
 
 The acceptance estimate kept the bad domain's value, the drift detector was frozen, and speculation
 stayed off after the traffic returned to where the draft is good. A probe now re-measures the served
-draft for one rate window every probeInterval of silence, where that is cheap (probe.py).
+draft for one rate window after a silence that starts at probeInterval / 8 and doubles up to
+probeInterval, where that is cheap (probe.py).
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ def test_a_probe_in_the_bad_domain_measures_and_ends_at_once() -> None:
     off_at = next(p.now for p in passes if p.now >= 1200.0 and not p.state.speculation.enabled)
     started = [t for t in probes(passes) if t < RETURN_S]
     assert started
-    for t in started:  # silent for probeInterval before each probe
+    interval = PARAMS.decision.probe_interval_s
+    for n, t in enumerate(started):  # silent before each probe: interval / 8, doubling, up to interval
         last_drafted = max(p.now for p in passes if p.now < t and p.speculative_tokens > 0)
-        assert t - last_drafted >= PARAMS.decision.probe_interval_s
+        assert t - last_drafted >= interval / 2 ** max(0, 3 - n)
+    assert len(started) >= 3  # 20 minutes of the bad domain: 75 s, 150 s, 300 s, 600 s of silence
     drafted = [p for p in passes if off_at < p.now <= RETURN_S and p.speculative_tokens > 0]
     assert len(drafted) <= len(started) * 2  # one window at most each (two 30 s passes of 60 s)
     # The probe fed the detector: its short average saw the bad domain again.
@@ -109,3 +112,14 @@ def test_the_probe_clock_starts_when_the_pods_stop_drafting_not_when_the_window_
     first_probe = min(probes(passes))
     assert first_probe - stopped <= params.decision.probe_interval_s + 30.0
     assert passes[-1].speculative_tokens > 0
+
+
+def test_after_a_short_excursion_speculation_resumes_well_before_a_whole_probe_interval() -> None:
+    """A 5-minute excursion to a domain the draft does not know, then home: the probes' back-off
+    (probeInterval / 8 first) finds the draft good again within about a quarter of probeInterval of the
+    return; a fixed probeInterval left home traffic unspeculated for up to 10 minutes."""
+    passes = run([(1200.0, GOOD, 16.0), (300.0, BAD, 16.0), (2400.0, GOOD, 16.0)], PARAMS)
+    assert any(1200.0 <= p.now < 1500.0 and p.speculative_tokens == 0 for p in passes)  # it stopped away
+    back = next(p.now for p in passes if p.now >= 1500.0 and p.speculative_tokens > 0)
+    assert back - 1500.0 <= PARAMS.decision.probe_interval_s / 4 + PARAMS.observation_window_s + 30.0
+    assert all(p.speculative_tokens > 0 for p in passes if p.now > back + PARAMS.observation_window_s)
