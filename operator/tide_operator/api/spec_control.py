@@ -47,8 +47,9 @@ class DecisionSpec(ApiModel):
     min_dwell: Duration = "2m"
     """Minimum time between two switches (a probe is the exception: it lasts one rate window)."""
     probe_interval: Duration = "10m"
-    """While the served draft goes unmeasured this long (speculation off, or g=0 at the load), speculate
-    for one Prometheus rate window to measure it again; 0s: never. 0s or 1m to 24h."""
+    """While the served draft goes unmeasured (speculation off, or g=0 at the load), speculate for one
+    Prometheus rate window to measure it again: first after probeInterval/8 of silence, doubling after
+    each probe that finds it still not paying, up to probeInterval; 0s: never. 0s or 1m to 24h."""
 
 
 class DriftSpec(ApiModel):

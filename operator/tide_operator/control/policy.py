@@ -96,7 +96,10 @@ def _speculate(observation: Observation, before: PolicyState, state: PolicyState
                served: _Served, now: float) -> tuple[act.SetSpeculation | None, PolicyState]:
     """The fleet switch (speculation.py) and the probe (probe.py): the SetSpeculation to send, if any."""
     model, a, b = _draft_model(params), state.acceptance_estimate, observation.batch_size
-    probe = probing.track(before.probe, served.measured, a, now)
+    # Its best so far from the detector's short average: the best of the raw noisy windows is biased high
+    # and had probes drafting at loads where the draft never paid.
+    smoothed = state.drift.short_ema if state.drift.ready else a
+    probe = probing.track(before.probe, served.measured, smoothed, now)
     if served.new_draft:
         probe = ProbeState(best_acceptance=a)  # another draft: its own best; the pods load it as decided
     may_probe = params.speculation is SpeculationMode.ADAPTIVE and served.has_draft

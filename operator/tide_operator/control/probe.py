@@ -4,22 +4,25 @@ vLLM reports acceptance only for tokens it drafted. Once speculation is off (or 
 g=0 at the load), the served draft is never measured again: the estimate keeps the bad domain's
 acceptance, the drift detector is frozen, and speculation would stay off after the traffic returns
 to where the draft is good. So, in Adaptive mode, once the served draft has shown no acceptance for
-``decision.probeInterval`` (since the last switch or probe) and there is traffic, speculation is
-switched on for one Prometheus rate window: the window then holds only probe-time drafting, a
-measurement that feeds the estimate and the drift detector like any other. Probes back off: the first
-of a silence comes after probeInterval / 8, each one that finds the draft still not paying doubles
-the wait, up to probeInterval (never less than one window). Traffic that comes back soon comes back most often (a short excursion,
-a burst), and a probe that finds the draft still bad ends at its first measurement, so early probes
-are cheap; a silence that lasts settles at probeInterval. The normal decision
-decides at the probe's end, without a second min dwell (the window was the measurement); a probe
-whose first measurement shows the draft does not pay at the observed load ends at once.
+long enough and there is traffic, speculation is switched on for one Prometheus rate window: the
+window then holds only probe-time drafting, a measurement that feeds the estimate and the drift
+detector like any other. The normal decision decides at the probe's end, without a second min dwell
+(the window was the measurement); a probe whose first measurement shows the draft does not pay at
+the observed load ends at once.
+
+Back-off. The first probe of a silence comes after probeInterval / 8; each one that finds the draft
+still not paying doubles the wait, up to probeInterval (never less than one window). Traffic that
+comes back soon comes back most often (a short excursion, a burst), and a probe that finds the draft
+still bad ends at its first measurement, so early probes are cheap; a silence that lasts settles at
+probeInterval.
 
 Cost. A probe speculates only where it is cheap and can change the decision: at a batch size the
 table for the last estimate already speculates, its g; elsewhere g=1 (the cheapest g that measures)
-where the draft at its best measured acceptance would speculate, else 0. At high load, where even
-the best this draft has shown does not pay, a probe drafts nothing and so none is started. Probes
-settle at probeInterval apart and last at most one window: the duty cycle settles at most at
-window / (probeInterval + window), and the first three (1/8, 1/4, 1/2 of it apart) cost at most a window each.
+where the draft at its best measured acceptance (the detector's short average: the best raw window
+is biased high by noise) would speculate, else 0. At high load, where even the best this draft has
+shown does not pay, a probe drafts nothing and so none is started. Probes settle at probeInterval
+apart and last at most one window: the duty cycle settles at window / (probeInterval + window) at
+most; the first three of a silence (1/8, 1/4, 1/2 of it apart) cost at most a window each.
 """
 
 from __future__ import annotations
