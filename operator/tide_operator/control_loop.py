@@ -146,9 +146,9 @@ def _converge(draft: StatusDraft, effects: Effects, actions: list[act.Action], s
 
     Not while paused (the user holds the pods as they are), nor in a pass that just switched every pod.
     A probe (control/probe.py) has the pods speculate while the switch is off: they converge to that.
-    A canary started while the fleet did not speculate keeps its pods speculating with the candidate
-    while the fleet still does not (control/canary_speculation.py); once it ends (promoted, rolled
-    back) they converge to the fleet's setting like every other pod.
+    A canary started while the fleet drafted nothing at the load keeps its pods speculating with the
+    candidate's table (control/canary_speculation.py); once it ends (promoted, rolled back) they
+    converge to the fleet's setting like every other pod.
     """
     if params.paused or any(isinstance(a, act.SetSpeculation | act.SetCapture) for a in actions):
         return
@@ -165,9 +165,13 @@ def _converge(draft: StatusDraft, effects: Effects, actions: list[act.Action], s
 
 
 def _speculating_canary(state: PolicyState) -> CanarySpeculation | None:
-    """The canary whose pods speculate on their own: only while it runs and the fleet's pods do not."""
+    """The canary whose pods speculate on their own: while it runs, unless a probe has every pod draft.
+
+    Not only while the switch is off: with it on, the fleet's table can still draft nothing at the load
+    (g = 0 in its band), and canary pods that followed it measured nothing and ended Inconclusive.
+    """
     lifecycle = state.lifecycle
-    if lifecycle.phase is not LifecyclePhase.CANARY or not lifecycle.canary_alone or state.speculating:
+    if lifecycle.phase is not LifecyclePhase.CANARY or not lifecycle.canary_alone or state.probe.running:
         return None
     return CanarySpeculation(lifecycle.canary_pods, lifecycle.canary_bands)
 

@@ -1,13 +1,14 @@
 """How a canary's pods speculate while the fleet does not (issue 15, after mechanisms 1-5).
 
-vLLM reports acceptance only for tokens it drafted. When the fleet's switch is off (the served draft
-does not pay at the current acceptance: a bad domain shift, a bad launch draft), canary pods that
-followed it measured nothing: every such canary ended Inconclusive, counted as a rollback, and after
-two collection stopped, so a candidate trained exactly for the new traffic was never promoted.
+vLLM reports acceptance only for tokens it drafted. When the fleet's pods draft nothing at the current
+load (the switch is off because the served draft does not pay: a bad domain shift, a bad launch draft;
+or the switch is on but the table's band at this load has g = 0), canary pods that followed the fleet
+measured nothing: every such canary ended Inconclusive, counted as a rollback, and after two
+collection stopped, so a candidate trained exactly for the new traffic was never promoted.
 
-So a canary that starts while the fleet's switch is off (Adaptive mode; a probe running then ends
-within one window) has its pods speculate with the candidate on their own whenever the fleet's pods do
-not (pod convergence; while a probe runs they follow it like every pod), and is judged like a first draft
+So a canary that starts while the fleet drafts nothing at the observed load (Adaptive mode; a probe
+running then ends within one window) has its pods speculate with the candidate's table for the whole
+canary (pod convergence; while a probe runs they follow it like every pod), and is judged like a first draft
 (canary.measure_first_draft): its modelled speedup at the observed load must clear the on-threshold,
 and its throughput must hold against the control pods, which do not speculate. There is no live
 acceptance of the served draft to beat. Under ``speculation: Off`` the pods stay off (the user's).

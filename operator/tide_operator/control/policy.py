@@ -236,13 +236,23 @@ def _lifecycle_input(
         ready_pods=observation.ready_pods,
         first_draft=observation.promoted_version is None,  # nothing but the bootstrap head at K=0 served
         batch_size=observation.batch_size,
-        # canary_speculation.py: the fleet's switch is off, so a canary's pods would measure nothing (a probe
-        # running now ends within one window).
-        canary_alone=params.speculation is SpeculationMode.ADAPTIVE and not state.speculation.enabled,
+        # canary_speculation.py: the fleet's pods draft nothing at this load, so a canary's would measure
+        # nothing (a probe running now ends within one window).
+        canary_alone=params.speculation is SpeculationMode.ADAPTIVE and not _fleet_drafts(state, observation),
         canary_bands=candidate_bands(state.lifecycle.candidate_acceptance_length, params.num_speculative_tokens,
                                      params.max_batch_size, params.profile, params.decision.off_threshold,
                                      adaptive_tokens=params.adaptive_speculative_tokens),
     )
+
+
+def _fleet_drafts(state: PolicyState, observation: Observation) -> bool:
+    """The fleet's switch is on and its table drafts at the observed load (unknown load: the switch)."""
+    if not state.speculation.enabled:
+        return False
+    b = observation.batch_size
+    if state.table is None or b is None or not b > 0:
+        return True
+    return tokens_for_batch_size(state.table, b) > 0
 
 
 def _speculation_action(

@@ -149,6 +149,20 @@ def test_with_the_fleet_speculating_the_canary_follows_it_and_is_judged_against_
     assert not state.lifecycle.canary_alone
 
 
+def test_with_the_switch_on_but_no_drafting_at_the_load_the_canary_speculates_alone() -> None:
+    """The switch judges the draft at its best batch size, the table applies it per load: with the switch on
+    the table's band at the observed load can be g = 0, and canary pods that followed it measured nothing
+    (every such canary ended Inconclusive; bad_launch-12 in the policy bench's train seeds)."""
+    state = _fleet_off_with_a_better_candidate()
+    table = ((1, 4, 1), (5, PARAMS.max_batch_size, 0))  # speculates at batch <= 4 only
+    state = PolicyState(speculation=SpeculationState(enabled=True), lifecycle=state.lifecycle,
+                        acceptance_estimate=SERVED_A, table=table, table_acceptance=SERVED_A)
+    actions, state = decide(Pods().observe(), state, PARAMS, 30.0)
+    start = next(a for a in actions if isinstance(a, act.StartCanary))
+    assert start.speculate
+    assert state.lifecycle.canary_alone
+
+
 def test_forced_off_keeps_the_canary_pods_off() -> None:
     """spec.control.speculation: Off is the user's: a canary does not switch pods on behind it."""
     from tide_operator.control.speculation import SpeculationMode

@@ -87,8 +87,11 @@ def test_the_control_pass_names_the_canary_only_while_it_speculates_alone() -> N
                             canary_pods=("chat-a",), canary_alone=True, canary_bands=BANDS)
     off = PolicyState(speculation=SpeculationState(enabled=False), lifecycle=canary)
     assert _speculating_canary(off) == CanarySpeculation(("chat-a",), BANDS)
-    # The fleet speculates (its switch, or a probe): the canary pods follow it like every pod.
-    assert _speculating_canary(replace(off, speculation=SpeculationState(enabled=True))) is None
+    # The switch turned on during the canary: its table may still draft nothing at the load, the canary
+    # pods keep the candidate's (what the fleet runs once it is promoted).
+    assert _speculating_canary(replace(off, speculation=SpeculationState(enabled=True))) == CanarySpeculation(
+        ("chat-a",), BANDS)
+    # A probe has every pod draft with its table: the canary pods follow it like every pod.
     assert _speculating_canary(replace(off, probe=ProbeState(started_at=10.0))) is None
     # A canary that followed the fleet from the start, or none running.
     assert _speculating_canary(replace(off, lifecycle=replace(canary, canary_alone=False))) is None
