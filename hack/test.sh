@@ -9,6 +9,11 @@ echo "== setup took $((SECONDS - t0))s"
 
 .venv/bin/ruff check .
 
+# The policy's targets (issue 15) as a regression guard on the seeds the defaults were tuned on: it
+# fails when a change to the policy or the bench's world loses a target there (~15 s). The held-out
+# seeds are reported in docs/policy.md; they still miss targets, so they are not a gate yet.
+.venv/bin/python bench/policy_bench.py --check --seeds train
+
 t1=$SECONDS
 .venv/bin/python -m pytest -m "not vllm" "$@"
 echo "== unit + integration tiers took $((SECONDS - t1))s"

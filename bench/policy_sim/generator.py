@@ -14,7 +14,7 @@ import numpy as np
 
 STEP_S = 5.0  # simulation resolution
 TICK_S = 30.0  # spec.control.interval: one control pass (and one training decision) per tick
-SEED_SETS = {"train": (11, 12, 13), "held-out": (1001, 1002)}
+SEED_SETS = {"train": (11, 12, 13), "held-out": (1001, 1002), "diagnostic": tuple(range(21, 31))}
 FAMILIES = ("steady", "bursty", "long_high_load", "short_excursions", "domain_shifts", "slow_drift",
             "recurring", "bad_launch")
 

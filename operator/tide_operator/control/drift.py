@@ -4,6 +4,12 @@ Both EMAs start at the mean of the first min_samples samples. After that each ob
 moves them with a time-weighted factor lambda = 0.5 ** (dt / half_life), so the detector does
 not depend on how often Prometheus is polled. A shift is short < long * (1 - threshold).
 
+After a promotion both EMAs start at the canary's live acceptance (policy._restart_drift), a number
+from one or two pods over a few minutes: as the long EMA's seed it weighs as one short half-life of
+the fleet's numbers, not as a long half-life of them. Held as a plain EMA's memory, one canary that read
+3% high left the long EMA above the fleet's true level for half an hour, and ordinary noise on the
+short EMA then crossed the threshold: a false shift that cancelled the next training run.
+
 The signal has hysteresis: once up it stays up until short recovers to long * (1 - threshold / 2).
 After a real shift the long EMA slides down to the new level, so the ratio passes the threshold
 slowly; without the band, noise on the short EMA crossed it again and again, and every rising
@@ -44,6 +50,9 @@ class DriftState:
     warmup_samples: int = 0
     warmup_sum: float = 0.0  # sum of acceptance * samples during warm-up
     hold_until: float | None = None  # the policy feeds no observations before this (a new draft settling)
+    # Seconds of evidence in the long EMA when it was seeded from one number (a promoted canary's):
+    # each observation then weighs by its duration against it. None: a plain EMA (older status too).
+    long_evidence_s: float | None = None
 
     @property
     def ready(self) -> bool:
@@ -69,8 +78,15 @@ def update_drift(
     # long EMA keeps its memory of the old regime across the gap.
     dt = min(max(0.0, now - (state.updated_at or now)), params.short_half_life_s)
     short = _ema(state.short_ema, acceptance, dt, params.short_half_life_s)
-    long = _ema(state.long_ema, acceptance, dt, params.long_half_life_s)
-    return replace(state, short_ema=short, long_ema=long, updated_at=now)
+    if state.long_evidence_s is None:
+        long = _ema(state.long_ema, acceptance, dt, params.long_half_life_s)
+        return replace(state, short_ema=short, long_ema=long, updated_at=now)
+    # The seed's weight decays like any observation's; as the evidence grows toward dt / (1 - keep)
+    # (about 1.44 long half-lives) this becomes the plain EMA.
+    keep = 0.5 ** (dt / params.long_half_life_s)
+    evidence = state.long_evidence_s * keep + dt
+    long = (state.long_ema * state.long_evidence_s * keep + acceptance * dt) / evidence if evidence > 0 else acceptance
+    return replace(state, short_ema=short, long_ema=long, updated_at=now, long_evidence_s=evidence)
 
 
 def shift_detected(state: DriftState, params: DriftParams, active: bool = False) -> bool:

@@ -300,7 +300,8 @@ def _restart_drift(estimate: float | None, now: float, params: PolicyParams) -> 
     if estimate is None:
         return DriftState()
     return DriftState(short_ema=estimate, long_ema=estimate, updated_at=now, warmup_samples=params.drift.min_samples,
-                      hold_until=now + params.observation_window_s)
+                      hold_until=now + params.observation_window_s,
+                      long_evidence_s=params.drift.short_half_life_s)
 
 
 def _canary_acceptance(observation: Observation, state: PolicyState, params: PolicyParams) -> PodGroupMetrics | None:

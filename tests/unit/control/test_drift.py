@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -110,3 +111,36 @@ def test_no_shift_before_warm_up() -> None:
 def test_bad_drift_params_name_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ValueError, match=field):
         DriftParams(**kwargs)
+
+
+def test_a_seed_from_one_canary_weighs_as_a_short_half_life_not_a_long_one() -> None:
+    """After a promotion both EMAs start at the canary's live acceptance. Held as a plain EMA's memory,
+    a canary that read 3% high kept the long EMA above the fleet's true level for half an hour, and
+    ordinary noise on the short EMA crossed the threshold (a false shift cancelled the next training run
+    in the policy bench). Weighed as the evidence it is, the long EMA joins the fleet's level."""
+    params = DriftParams()
+    noise = random.Random(5)
+    seeded = DriftState(short_ema=0.56, long_ema=0.56, updated_at=0.0, warmup_samples=params.min_samples,
+                        long_evidence_s=params.short_half_life_s)
+    plain = replace(seeded, long_evidence_s=None)
+    shifts = {"seeded": 0, "plain": 0}
+    for name, start in (("seeded", seeded), ("plain", plain)):
+        state = start
+        for i in range(1, 61):  # 30 minutes of the fleet at 0.52 with 2% noise per pass
+            state = update_drift(state, 0.52 * (1 + noise.gauss(0, 0.02)), 5000, 30.0 * i, params)
+            shifts[name] += shift_detected(state, params)
+        if name == "seeded":
+            assert state.long_ema == pytest.approx(0.52, abs=0.01)
+    assert shifts["seeded"] == 0
+    assert shifts["plain"] > 0
+
+
+def test_a_large_drop_right_after_a_seed_is_still_a_shift() -> None:
+    params = DriftParams()
+    state = DriftState(short_ema=0.74, long_ema=0.74, updated_at=0.0, warmup_samples=params.min_samples,
+                       long_evidence_s=params.short_half_life_s)
+    seen = []
+    for i in range(1, 21):
+        state = update_drift(state, 0.15, 5000, 30.0 * i, params)
+        seen.append(shift_detected(state, params))
+    assert any(seen[:12])  # within six minutes
