@@ -140,6 +140,62 @@ def _cli(plane, *args: str) -> subprocess.CompletedProcess[str]:
 def test_status_and_plot_against_the_plane(plane, kube, scripted_deployment, tmp_path: Path) -> None:
     check_status(plane, scripted_deployment)
     check_plot(plane, kube, scripted_deployment, tmp_path / "chat.png")
+    check_get(plane, kube, scripted_deployment)
+    check_verbs(plane, kube, scripted_deployment)
+
+
+def check_get(plane, kube, namespace: str) -> None:
+    table = _cli(plane, "get", "-n", namespace)
+    assert table.returncode == 0, table.stderr
+    header, row = table.stdout.splitlines()
+    assert header.split() == ["NAME", "READY", "PHASE", "DRAFT", "SPECULATION", "ACCEPTANCE", "AGE"]
+    assert row.split()[:7] == ["chat", "1/1", "Serving", "v2", "on", "(g=3)", "2.80"]
+    everywhere = _cli(plane, "get", "-A", "-o", "wide")
+    assert any(line.split()[:2] == [namespace, "chat"] for line in everywhere.stdout.splitlines()), everywhere.stdout
+    listed = json.loads(_cli(plane, "get", "-n", namespace, "-o", "json").stdout)
+    assert [o["metadata"]["name"] for o in listed["items"]] == ["chat"]
+    # --watch: the list, then one row per change the API server streams (here a status patch).
+    watch = subprocess.Popen([sys.executable, "-m", "tide_operator.cli", "--kubeconfig", plane.kubeconfig, "get",
+                              "chat", "-n", namespace, "--watch", "--watch-timeout", "8s"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    client.CustomObjectsApi(kube).patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "chat", {"status": {"phase": "Collecting"}})
+    out, err = watch.communicate(timeout=60)
+    assert watch.returncode == 0, err
+    phases = [line.split()[2] for line in out.splitlines()[1:]]
+    assert phases[0] == "Serving"
+    assert "Collecting" in phases
+    client.CustomObjectsApi(kube).patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "chat", {"status": {"phase": "Serving"}})
+
+
+def check_verbs(plane, kube, namespace: str) -> None:
+    def control() -> dict:
+        obj = client.CustomObjectsApi(kube).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "chat")
+        return obj["spec"].get("control") or {}
+
+    pause = _cli(plane, "pause", "chat", "-n", namespace)
+    assert pause.returncode == 0, pause.stderr
+    assert pause.stdout == f"tidedeployment {namespace}/chat: spec.control.paused unset -> true\n"
+    assert control()["paused"] is True
+    assert "nothing changed" in _cli(plane, "pause", "chat", "-n", namespace).stdout
+    assert _cli(plane, "resume", "chat", "-n", namespace).returncode == 0
+    assert control()["paused"] is False
+    pin = _cli(plane, "pin", "chat", "v2", "-n", namespace)
+    assert pin.returncode == 0, pin.stderr
+    assert control()["draftPin"] == "v2"
+    refused = _cli(plane, "pin", "chat", "latest", "-n", namespace)
+    assert (refused.returncode, refused.stderr.count("\n")) == (1, 1)
+    assert "spec.control.draftPin" in refused.stderr
+    assert _cli(plane, "unpin", "chat", "-n", namespace).returncode == 0
+    assert "draftPin" not in control()
+    rotate = _cli(plane, "rotate-token", "chat", "-n", namespace)
+    assert rotate.returncode == 0, rotate.stderr
+    obj = client.CustomObjectsApi(kube).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "chat")
+    assert obj["metadata"]["annotations"]["tide.dev/rotate-token"].isdigit()
+    missing = _cli(plane, "pause", "nope", "-n", namespace)
+    assert (missing.returncode, missing.stderr) == (1, f"tide: TideDeployment {namespace}/nope not found\n")
 
 
 def check_status(plane, scripted_deployment: str) -> None:

@@ -1,4 +1,8 @@
-"""`tide` (or `python -m tide_operator.cli`, or `kubectl tide`): status, plots and calibration of TideDeployments."""
+"""`tide` (or `python -m tide_operator.cli`, or `kubectl tide`): look at TideDeployments and act on them.
+
+Exit codes: 0 done; 1 the request failed or was refused (not found, forbidden, rejected by the schema,
+a verb that does not apply); 2 a usage error; 3 no cluster configuration, or the API server unreachable.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 DURATION = re.compile(r"^(\d+)(s|m|h|d)$")
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -21,6 +26,15 @@ def duration_s(text: str) -> int:
     return int(match[1]) * SECONDS[match[2]]
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tide-operator")
+    except PackageNotFoundError:  # run from a checkout without installing
+        return "unknown"
+
+
 def _cluster_options(default: object) -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(add_help=False, argument_default=default)
     options.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
@@ -30,7 +44,9 @@ def _cluster_options(default: object) -> argparse.ArgumentParser:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="tide", description=__doc__, parents=[_cluster_options(None)])
+    root = argparse.ArgumentParser(prog="tide", description=__doc__, parents=[_cluster_options(None)],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    root.add_argument("--version", action="version", version=f"tide {_version()}")
     # Also accepted after the command, like kubectl's (`tide status chat -n llm`); SUPPRESS keeps
     # the command's parser from overwriting what was given before the command.
     common = _cluster_options(argparse.SUPPRESS)
@@ -38,13 +54,22 @@ def parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", parents=[common],
                                  help="phase, conditions, pools, draft, speculation, last decisions")
     status.add_argument("name")
-    status.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    status.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text",
+                        help="text (default), or the whole object as json or yaml")
     status.add_argument("--events", type=int, default=5, help="how many recent Events to show (0: none)")
     history = commands.add_parser("history", parents=[common], help="draft lineage from the S3 draft registry")
     history.add_argument("name")
     history.add_argument("--s3-endpoint", help="S3 endpoint URL (default: spec.storage.s3.endpoint, else AWS)")
     history.add_argument("--credentials-from-secret", action="store_true",
                          help="use the Secret spec.storage.s3.credentialsSecret (default: your AWS credentials)")
+    history.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+    get = commands.add_parser("get", parents=[common], help="list TideDeployments (like kubectl get)")
+    get.add_argument("name", nargs="?", help="one TideDeployment (default: all in the namespace)")
+    get.add_argument("-A", "--all-namespaces", action="store_true", help="in every namespace")
+    get.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default="table")
+    get.add_argument("-w", "--watch", action="store_true", help="after the list, print a row at every change")
+    get.add_argument("--watch-timeout", type=duration_s, default=None, help=argparse.SUPPRESS)  # tests
+    _add_verbs(commands, common)
     plot = commands.add_parser("plot", parents=[common],
                                help="PNG timeline: acceptance, speculation, batch size, promotions")
     plot.add_argument("name")
@@ -61,13 +86,31 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
+VERBS = {
+    "pause": "stop acting on it: no switches, training or promotion (spec.control.paused)",
+    "resume": "act on it again (spec.control.paused=false)",
+    "pin": "serve VERSION and nothing else until unpinned (spec.control.draftPin)",
+    "unpin": "let the loop choose the draft again (removes spec.control.draftPin)",
+    "rotate-token": "rotate the pods' control token (the old one is accepted for a grace period)",
+}
+
+
+def _add_verbs(commands: Any, common: argparse.ArgumentParser) -> None:
+    for verb, text in VERBS.items():
+        command = commands.add_parser(verb, parents=[common], help=text)
+        command.add_argument("name")
+        if verb == "pin":
+            command.add_argument("version", help="a promoted draft version, e.g. v3")
+
+
 def run_status(args: argparse.Namespace, api: object, namespace: str) -> int:
     from tide_operator.cli.kube import read_tide_deployment, tide_events
+    from tide_operator.cli.listing import render_document
     from tide_operator.cli.status import render_status
 
     obj = read_tide_deployment(api, namespace, args.name)
-    if args.output == "json":
-        sys.stdout.write(json.dumps(obj.get("status") or {}, indent=2) + "\n")
+    if args.output != "text":
+        sys.stdout.write(render_document(obj, args.output))
         return 0
     events = tide_events(api, namespace, args.name)[-args.events:] if args.events > 0 else []
     sys.stdout.write(render_status(obj, events))
@@ -84,7 +127,57 @@ def run_history(args: argparse.Namespace, api: object, namespace: str) -> int:
         sys.stderr.write("tide: spec.storage.s3.credentialsSecret is not set; using your AWS credentials\n")
     credentials = read_secret(api, namespace, secret) if args.credentials_from_secret and secret else None
     rows, events = lineage(registry_for(obj, s3_client(obj, credentials, args.s3_endpoint)))
+    if args.output != "text":
+        from dataclasses import asdict
+
+        from tide_operator.cli.listing import render_document
+
+        doc = {"drafts": [asdict(r) for r in rows], "history": [asdict(e) for e in events]}
+        sys.stdout.write(render_document(json.loads(json.dumps(doc)), args.output))
+        return 0
     sys.stdout.write(render_history(rows, events, f"{namespace}/{args.name}"))
+    return 0
+
+
+def run_get(args: argparse.Namespace, api: object, namespace: str) -> int:
+    from datetime import UTC, datetime
+
+    from tide_operator.cli.kube import list_tide_deployments, read_tide_deployment, watch_tide_deployments
+    from tide_operator.cli.listing import as_list, render_document, render_table
+
+    scope = None if args.all_namespaces else namespace
+    objs = [read_tide_deployment(api, namespace, args.name)] if args.name else list_tide_deployments(api, scope)
+    if args.output in ("json", "yaml"):
+        sys.stdout.write(render_document(objs[0] if args.name else as_list(objs), args.output))
+        return 0
+    wide, show_ns = args.output == "wide", args.all_namespaces
+    if not objs and not args.watch:
+        sys.stderr.write(f"No TideDeployments found in {'any namespace' if show_ns else namespace}.\n")
+    sys.stdout.write(render_table(objs, datetime.now(UTC), wide=wide, namespace=show_ns))
+    if args.watch:
+        sys.stdout.flush()
+        for kind, obj in watch_tide_deployments(api, scope, args.watch_timeout):
+            if kind == "ERROR" or (args.name and obj["metadata"]["name"] != args.name):
+                continue
+            sys.stdout.write(render_table([obj], datetime.now(UTC), wide=wide, namespace=show_ns, header=False))
+            sys.stdout.flush()
+    return 0
+
+
+def run_verb(args: argparse.Namespace, api: object, namespace: str) -> int:
+    from tide_operator.cli import verbs
+    from tide_operator.cli.kube import patch_tide_deployment, read_tide_deployment
+
+    obj = read_tide_deployment(api, namespace, args.name)
+    if args.command == "pin":
+        edit = verbs.pin(obj, args.version)
+    elif args.command == "rotate-token":
+        edit = verbs.rotate_token(obj, str(int(time.time())))
+    else:
+        edit = {"pause": verbs.pause, "resume": verbs.resume, "unpin": verbs.unpin}[args.command](obj)
+    if edit.patch is not None:
+        patch_tide_deployment(api, namespace, args.name, edit.patch)
+    sys.stdout.write(edit.summary + "\n")
     return 0
 
 
@@ -123,22 +216,38 @@ def _needs_cluster(args: argparse.Namespace) -> bool:
     return args.command != "calibrate" or needs_cluster(args)
 
 
+COMMANDS = {"status": run_status, "history": run_history, "plot": run_plot, "calibrate": run_calibrate,
+            "get": run_get, **dict.fromkeys(VERBS, run_verb)}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    from kubernetes.config import ConfigException
+    from urllib3.exceptions import HTTPError
+
+    from tide_operator.cli.errors import api_error, unreachable
+    from tide_operator.cli.kube import api_client, default_namespace
+    from tide_operator.cli.verbs import VerbRefused
+
+    try:
+        api = api_client(args.kubeconfig, args.context) if _needs_cluster(args) else None
+    except (ConfigException, OSError) as err:
+        sys.stderr.write(f"tide: no Kubernetes configuration: {err}\n")
+        return 3
+    namespace = args.namespace or default_namespace(args.kubeconfig, args.context)
     from kubernetes.client.rest import ApiException
 
-    from tide_operator.cli.kube import api_client, default_namespace
-
-    api = api_client(args.kubeconfig, args.context) if _needs_cluster(args) else None
-    namespace = args.namespace or default_namespace(args.kubeconfig, args.context)
     try:
-        command = {"status": run_status, "history": run_history, "plot": run_plot, "calibrate": run_calibrate}
-        return command[args.command](args, api, namespace)
+        return COMMANDS[args.command](args, api, namespace)
     except ApiException as err:
-        if err.status == 404:
-            sys.stderr.write(f"tide: TideDeployment {namespace}/{args.name} not found\n")
-            return 1
-        raise
+        sys.stderr.write(api_error(err, namespace, getattr(args, "name", None)) + "\n")
+        return 1
+    except HTTPError as err:  # urllib3: the API server did not answer (refused, DNS, TLS, timeout)
+        sys.stderr.write(unreachable(api, err) + "\n")
+        return 3
+    except VerbRefused as err:
+        sys.stderr.write(f"tide {args.command}: {err}\n")
+        return 1
     except (OSError, RuntimeError) as err:  # Prometheus or S3 unreachable or refusing: say which, no traceback
         sys.stderr.write(f"tide {args.command}: {err}\n")
         return 1

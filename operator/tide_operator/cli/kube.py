@@ -26,7 +26,11 @@ def api_client(kubeconfig: str | None, context: str | None) -> Any:
     except config.ConfigException:
         if kubeconfig:
             raise
-        config.load_incluster_config()
+        try:
+            config.load_incluster_config()
+        except config.ConfigException as err:
+            missing = "no kubeconfig ($KUBECONFIG or ~/.kube/config) and not inside a cluster"
+            raise config.ConfigException(missing) from err
         from kubernetes import client
 
         return client.ApiClient()
@@ -76,3 +80,38 @@ def read_secret(api: Any, namespace: str, name: str) -> dict[str, str]:
 
     data = client.CoreV1Api(api).read_namespaced_secret(name, namespace).data or {}
     return {key: base64.b64decode(value).decode() for key, value in data.items()}
+
+
+def list_tide_deployments(api: Any, namespace: str | None) -> list[dict[str, Any]]:
+    """In one namespace, or in all (``None``), sorted like kubectl: by namespace, then name."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api)
+    listed = (custom.list_cluster_custom_object(GROUP, VERSION, PLURAL) if namespace is None
+              else custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))
+    items: list[dict[str, Any]] = listed.get("items", [])
+    return sorted(items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+
+
+def watch_tide_deployments(api: Any, namespace: str | None, timeout_s: int | None) -> Any:
+    """(event type, object) as the API server streams them; ends after ``timeout_s`` (None: never)."""
+    from kubernetes import client, watch
+
+    custom = client.CustomObjectsApi(api)
+    options: dict[str, Any] = {"timeout_seconds": timeout_s} if timeout_s else {}
+    if namespace is None:
+        stream = watch.Watch().stream(custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, **options)
+    else:
+        stream = watch.Watch().stream(custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL,
+                                      **options)
+    for event in stream:
+        yield event["type"], event["object"]
+
+
+def patch_tide_deployment(api: Any, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch (a ``None`` value removes the field), validated by the API server's schema."""
+    from kubernetes import client
+
+    obj: dict[str, Any] = client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, patch)
+    return obj

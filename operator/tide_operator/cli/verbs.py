@@ -1,0 +1,80 @@
+"""`tide pause|resume|pin|unpin|rotate-token`: the edits a user would make with `kubectl patch`, named.
+
+Each verb is a pure function of the live object: the merge patch to send (None when the object is
+already as asked) and one line that says what changes, so the CLI prints exactly what it did. Pause,
+resume, pin and unpin act through the spec (Argo CD and `kubectl diff` see them); rotate-token sets
+the one-shot annotation the operator serves once per value (manifests/control_token.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tide_operator.manifests.control_token import ROTATE_ANNOTATION
+
+VERSION_PATTERN = re.compile(r"^v[1-9][0-9]{0,8}$")  # api/spec_control.py: spec.control.draftPin
+
+
+class VerbRefused(ValueError):
+    """The verb cannot apply to this object as it is (the message says why and what to do)."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    patch: dict[str, Any] | None  # the merge patch; None: nothing to change
+    summary: str  # what changed (or why nothing did), one line
+
+
+def _control(obj: dict[str, Any]) -> dict[str, Any]:
+    return dict((obj.get("spec") or {}).get("control") or {})
+
+
+def _name(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"tidedeployment {meta.get('namespace', '')}/{meta.get('name', '')}".replace(" /", " ")
+
+
+def _spec_control_edit(obj: dict[str, Any], field: str, value: object) -> Edit:
+    before = _control(obj).get(field)
+    shown = "unset" if before is None else _json(before)
+    if before == value or (value is None and before is None):
+        return Edit(None, f"{_name(obj)}: spec.control.{field} is already {shown}; nothing changed")
+    after = "unset" if value is None else _json(value)
+    return Edit({"spec": {"control": {field: value}}}, f"{_name(obj)}: spec.control.{field} {shown} -> {after}")
+
+
+def _json(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def pause(obj: dict[str, Any]) -> Edit:
+    """The operator stops acting on this deployment: no switches, no training, no promotion."""
+    return _spec_control_edit(obj, "paused", True)
+
+
+def resume(obj: dict[str, Any]) -> Edit:
+    if not _control(obj).get("paused"):
+        return Edit(None, f"{_name(obj)}: not paused; nothing changed")
+    return _spec_control_edit(obj, "paused", False)
+
+
+def pin(obj: dict[str, Any], version: str) -> Edit:
+    if not VERSION_PATTERN.match(version):
+        raise VerbRefused(f"version {version!r} is not a draft version like v3 (spec.control.draftPin)")
+    return _spec_control_edit(obj, "draftPin", version)
+
+
+def unpin(obj: dict[str, Any]) -> Edit:
+    return _spec_control_edit(obj, "draftPin", None)
+
+
+def rotate_token(obj: dict[str, Any], request: str) -> Edit:
+    """A new value of the rotation annotation rotates the control token once (the operator serves it)."""
+    before = ((obj.get("metadata") or {}).get("annotations") or {}).get(ROTATE_ANNOTATION)
+    if before == request:
+        return Edit(None, f"{_name(obj)}: rotation {request} was already requested; nothing changed")
+    patch = {"metadata": {"annotations": {ROTATE_ANNOTATION: request}}}
+    return Edit(patch, f"{_name(obj)}: control token rotation requested ({ROTATE_ANNOTATION}={request}); "
+                       "the old token is accepted for the grace period")

@@ -1,0 +1,57 @@
+"""`tide pause|resume|pin|unpin|rotate-token`: the patch each sends and the line it prints."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.cli.cli_fakes import tide_deployment
+from tide_operator.cli import verbs
+from tide_operator.manifests.control_token import ROTATE_ANNOTATION
+
+
+def with_control(**control: object) -> dict:
+    obj = tide_deployment()
+    obj["spec"] = {"control": control}
+    return obj
+
+
+def test_pause_sets_the_spec_field_and_says_what_changed() -> None:
+    edit = verbs.pause(with_control())
+    assert edit.patch == {"spec": {"control": {"paused": True}}}
+    assert edit.summary == "tidedeployment llm/chat: spec.control.paused unset -> true"
+    again = verbs.pause(with_control(paused=True))
+    assert again.patch is None
+    assert "already true; nothing changed" in again.summary
+
+
+def test_resume_clears_a_pause_and_leaves_a_running_deployment_alone() -> None:
+    edit = verbs.resume(with_control(paused=True))
+    assert edit.patch == {"spec": {"control": {"paused": False}}}
+    assert edit.summary.endswith("spec.control.paused true -> false")
+    assert verbs.resume(with_control()).patch is None
+    assert verbs.resume(with_control(paused=False)).summary.endswith("not paused; nothing changed")
+
+
+def test_pin_and_unpin() -> None:
+    edit = verbs.pin(with_control(draftPin="v2"), "v3")
+    assert edit.patch == {"spec": {"control": {"draftPin": "v3"}}}
+    assert edit.summary.endswith("spec.control.draftPin v2 -> v3")
+    unpin = verbs.unpin(with_control(draftPin="v3"))
+    assert unpin.patch == {"spec": {"control": {"draftPin": None}}}  # a merge patch's null removes the field
+    assert unpin.summary.endswith("spec.control.draftPin v3 -> unset")
+    assert verbs.unpin(with_control()).patch is None
+
+
+@pytest.mark.parametrize("version", ["3", "v0", "v01", "latest", "v1;rm", ""])
+def test_pin_refuses_what_is_not_a_version_and_names_the_field(version: str) -> None:
+    with pytest.raises(verbs.VerbRefused, match=r"spec\.control\.draftPin"):
+        verbs.pin(with_control(), version)
+
+
+def test_rotate_token_sets_a_new_annotation_value_once() -> None:
+    edit = verbs.rotate_token(tide_deployment(), "1764680400")
+    assert edit.patch == {"metadata": {"annotations": {ROTATE_ANNOTATION: "1764680400"}}}
+    assert "rotation requested" in edit.summary
+    obj = tide_deployment()
+    obj["metadata"]["annotations"] = {ROTATE_ANNOTATION: "1764680400"}
+    assert verbs.rotate_token(obj, "1764680400").patch is None
