@@ -7,13 +7,10 @@ names the draft each pod serves.
 
 from __future__ import annotations
 
-import json
 import math
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from tide_operator.cli.kube import EventNote
@@ -83,18 +80,25 @@ QueryRange = Callable[[str], list[Series]]
 
 
 def prometheus_query_range(url: str, start: float, end: float, step: float, timeout_s: float = 30) -> QueryRange:
-    """A function running one PromQL range query against Prometheus at ``url``."""
+    """A function running one PromQL range query against Prometheus at ``url`` (prometheus-api-client,
+    the operator's own client: one HTTP stack for both)."""
+    import requests
+    from prometheus_api_client import PrometheusConnect
+    from prometheus_api_client.exceptions import PrometheusApiClientException
+    from urllib3.util.retry import Retry
+
+    retry = Retry(total=1, backoff_factor=0.2, status_forcelist=[502, 503, 504])  # a down one fails fast
+    client = PrometheusConnect(url=url.rstrip("/"), disable_ssl=False, retry=retry, timeout=max(1, round(timeout_s)))
 
     def run(expr: str) -> list[Series]:
-        params = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": step})
         try:
-            with urllib.request.urlopen(f"{url.rstrip('/')}/api/v1/query_range?{params}", timeout=timeout_s) as reply:
-                body = json.load(reply)
-        except OSError as err:  # URLError, HTTPError (a 400 for bad PromQL) and timeouts
+            result = client.custom_query_range(expr, start_time=datetime.fromtimestamp(start, UTC),
+                                               end_time=datetime.fromtimestamp(end, UTC), step=f"{step:g}")
+        except requests.RequestException as err:  # refused, DNS, TLS, timeouts
             raise RuntimeError(f"Prometheus at {url} did not answer {expr!r}: {err}") from err
-        if body.get("status") != "success":
-            raise RuntimeError(f"Prometheus refused {expr!r}: {body.get('error')}")
-        return parse_matrix(body["data"])
+        except PrometheusApiClientException as err:  # a 400 for bad PromQL and other refusals
+            raise RuntimeError(f"Prometheus refused {expr!r}: {err}") from err
+        return parse_matrix({"result": result})
 
     return run
 
@@ -126,14 +130,18 @@ def markers_from_events(events: Sequence[EventNote]) -> tuple[Marker, ...]:
 
 def build_timeline(queries: Queries, query_range: QueryRange, events: Sequence[EventNote],
                    start: float, end: float) -> Timeline:
+    """The axis starts at the first data point or marker, not at ``start`` when the data starts later
+    (a deployment younger than --since drew a plot two-thirds empty)."""
     acceptance = query_range(queries.acceptance_length(per_version=True))
     if not acceptance:  # pods without the plugin's draft info: one line for the whole deployment
         acceptance = query_range(queries.acceptance_length(per_version=False))
+    speculation = _named(query_range(queries.speculation()), "speculation")
+    batch_size = _named(query_range(queries.batch_size()), "running requests per engine")
+    markers = tuple(m for m in markers_from_events(events) if start <= m.time <= end)
+    lengths = tuple(Series(f"draft {s.label}" if s.label else "all pods", s.points) for s in acceptance)
+    seen = [s.points[0][0] for s in (*lengths, *speculation, *batch_size)] + [m.time for m in markers]
     return Timeline(
         title=f"TideDeployment {queries.namespace}/{queries.name}",
-        start=start, end=end,
-        acceptance_length=tuple(Series(f"draft {s.label}" if s.label else "all pods", s.points) for s in acceptance),
-        speculation=_named(query_range(queries.speculation()), "speculation"),
-        batch_size=_named(query_range(queries.batch_size()), "running requests per engine"),
-        markers=tuple(m for m in markers_from_events(events) if start <= m.time <= end),
+        start=max(start, min(seen)) if seen else start, end=end,
+        acceptance_length=lengths, speculation=speculation, batch_size=batch_size, markers=markers,
     )

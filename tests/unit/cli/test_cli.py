@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_fakes import EVENTS, NOW_S, START_S, fake_prometheus, tide_deployment
+from cli_fakes import EVENTS, NOW_S, START_S, fake_prometheus, tide_deployment, wave
 
 from tide_operator.cli.__main__ import duration_s, parser
 from tide_operator.cli.status import age, render_status
@@ -158,3 +158,16 @@ def test_speculation_off_spans_are_shaded_until_it_comes_back() -> None:
     on_off = Series("", ((0.0, 1.0), (10.0, 0.0), (20.0, 0.0), (30.0, 1.0), (40.0, 0.0)))
     timeline = Timeline("t", 0.0, 50.0, (), (on_off,), (), ())
     assert _off_spans(timeline) == [(10.0, 20.0), (20.0, 30.0), (40.0, 50.0)]
+
+
+def test_the_time_axis_starts_at_the_first_data_point() -> None:
+    """A deployment younger than --since: the plot starts where its data does, not two-thirds empty."""
+    late = START_S + 2400
+
+    def prometheus(expr: str) -> list[Series]:
+        return [Series("", tuple(p for p in wave(2.0, 0.1) if p[0] >= late))]
+
+    timeline = build_timeline(Queries("llm", "chat", "1m"), prometheus, [], START_S, NOW_S)
+    assert timeline.start == late
+    assert build_timeline(Queries("llm", "chat", "1m"), fake_prometheus, [], START_S, NOW_S).start == START_S
+    assert build_timeline(Queries("llm", "chat", "1m"), lambda expr: [], [], START_S, NOW_S).start == START_S

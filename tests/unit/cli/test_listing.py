@@ -6,8 +6,8 @@ import json
 from datetime import UTC, datetime
 
 import yaml
+from cli_fakes import tide_deployment
 
-from tests.unit.cli.cli_fakes import tide_deployment
 from tide_operator.cli.listing import as_list, render_document, render_table
 
 NOW = datetime(2025, 12, 2, 13, 0, tzinfo=UTC)

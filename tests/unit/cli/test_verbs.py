@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from cli_fakes import tide_deployment
 
-from tests.unit.cli.cli_fakes import tide_deployment
 from tide_operator.cli import verbs
 from tide_operator.manifests.control_token import ROTATE_ANNOTATION
 
