@@ -70,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
     get.add_argument("-w", "--watch", action="store_true", help="after the list, print a row at every change")
     get.add_argument("--watch-timeout", type=duration_s, default=None, help=argparse.SUPPRESS)  # tests
     _add_verbs(commands, common)
+    completion = commands.add_parser("completion", help="print a shell completion script: "
+                                     "source <(tide completion bash)")
+    completion.add_argument("shell", choices=["bash", "zsh", "tcsh"])
     plot = commands.add_parser("plot", parents=[common],
                                help="PNG timeline: acceptance, speculation, batch size, promotions")
     plot.add_argument("name")
@@ -220,8 +223,22 @@ COMMANDS = {"status": run_status, "history": run_history, "plot": run_plot, "cal
             "get": run_get, **dict.fromkeys(VERBS, run_verb)}
 
 
+def completion_script(shell: str) -> str:
+    import shtab
+
+    return str(shtab.complete(parser(), shell=shell))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "completion":  # no cluster needed
+        sys.stdout.write(completion_script(args.shell))
+        return 0
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command against the cluster: its errors as one line and an exit code (module docstring)."""
     from kubernetes.config import ConfigException
     from urllib3.exceptions import HTTPError
 

@@ -55,3 +55,14 @@ def test_rotate_token_sets_a_new_annotation_value_once() -> None:
     obj = tide_deployment()
     obj["metadata"]["annotations"] = {ROTATE_ANNOTATION: "1764680400"}
     assert verbs.rotate_token(obj, "1764680400").patch is None
+
+
+def test_completion_scripts_name_every_command() -> None:
+    from tide_operator.cli.__main__ import completion_script
+
+    script = completion_script("bash")
+    for command in ("status", "get", "history", "plot", "calibrate", "pause", "resume", "pin", "unpin",
+                    "rotate-token", "completion"):
+        assert command in script
+    assert "--all-namespaces" in script
+    assert "compdef" in completion_script("zsh")
