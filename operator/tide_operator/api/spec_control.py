@@ -229,7 +229,8 @@ class ControlSpec(ApiModel):
     decision: DecisionSpec = Field(default_factory=DecisionSpec)
     drift: DriftSpec = Field(default_factory=DriftSpec)
     cost_profile: CostProfileSpec | None = None
-    """Default: the operator's built-in profile."""
+    """Measured step costs c(b) and beta(b) the speedup model uses, from a ConfigMap or inline points;
+    default: the operator's built-in profile."""
     capture: CaptureSpec = Field(default_factory=CaptureSpec)
     training: TrainingControlSpec = Field(default_factory=TrainingControlSpec)
     canary: CanarySpec = Field(default_factory=CanarySpec)

@@ -123,8 +123,9 @@ class SpeculationStatus(StatusModel):
     """Mean acceptance length (tokens per verify step) in thousandths (2340 = 2.34); kept for older
     readers, acceptanceLength holds the same value as a number."""
     acceptance_length: float | None = Field(default=None, ge=0)
-    """Mean acceptance length of the served draft: tokens per verify step, bonus token included
-    (1.0 = nothing accepted), rounded to thousandths; absent until measured."""
+    """Mean acceptance length of the served draft over the last rate window (else modelled from its
+    last known acceptance rate): tokens per verify step, bonus token included (1.0 = nothing
+    accepted), to thousandths; absent while unknown."""
 
 
 class Decision(StatusModel):
@@ -167,7 +168,7 @@ class TideDeploymentStatus(StatusModel):
     selector: Annotated[str, StringConstraints(min_length=1, max_length=1024)] | None = None
     """Label selector of the vLLM pods (the scale subresource's labelSelectorPath)."""
     replicas: int = Field(default=0, ge=0)
-    """Observed vLLM replicas (the scale subresource's statusReplicasPath)."""
+    """Ready vLLM replicas (the scale subresource's statusReplicasPath, which an autoscaler reads)."""
     control_state: dict[str, Any] | None = None
     """The control policy's own state (drift averages, lifecycle, dwell timers), opaque; kept in status
     so that an operator restart resumes exactly where it was."""
