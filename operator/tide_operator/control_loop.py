@@ -17,7 +17,7 @@ from typing import Protocol
 
 from tide_contracts.registry import CaptureObject
 from tide_operator.api.conditions import ConditionType, Reason, rfc3339
-from tide_operator.api.status import CanaryStatus, Decision, Phase, SpeculationStatus
+from tide_operator.api.status import CanaryStatus, Decision, DraftStatus, Phase, SpeculationStatus
 from tide_operator.control import actions as act
 from tide_operator.control.cost_model import expected_acceptance_length, practical_speedup, tokens_for_batch_size
 from tide_operator.control.lifecycle import LifecycleState, refuse_candidate
@@ -246,7 +246,7 @@ def _report(draft: StatusDraft, actions: list[act.Action], state: PolicyState, p
     canary = (CanaryStatus(candidate=lifecycle.candidate, pods=lifecycle.canary_pods)
               if lifecycle.phase is LifecyclePhase.CANARY and lifecycle.candidate else None)
     draft.update(speculation=_speculation_status(state, params, observation), control_state=state.to_dict(),
-                 canary=canary)
+                 canary=canary, draft=_draft_status(lifecycle, params, observation))
     if actions:
         last = actions[-1]
         draft.update(last_decision=Decision(time=rfc3339(draft.now), action=type(last).__name__,
@@ -271,6 +271,13 @@ _LIFECYCLE_PHASES = {LifecyclePhase.COLLECTING: Phase.COLLECTING, LifecyclePhase
                      LifecyclePhase.EVALUATING: Phase.EVALUATING, LifecyclePhase.CANARY: Phase.CANARY}
 
 
+def _draft_status(lifecycle: LifecycleState, params: PolicyParams, observation: Observation) -> DraftStatus:
+    """The served version as this pass read it (the S3 pointer, else ``initial``) and the candidate."""
+    served = observation.promoted_version
+    return DraftStatus(current=served, candidate=lifecycle.candidate,
+                       served_revision=params.target_revision if served else None)
+
+
 def _speculation_status(state: PolicyState, params: PolicyParams, observation: Observation) -> SpeculationStatus:
     a, batch = state.acceptance_estimate, observation.batch_size
     g = params.num_speculative_tokens if state.speculation.enabled else 0
@@ -284,7 +291,8 @@ def _speculation_status(state: PolicyState, params: PolicyParams, observation: O
         length = expected_acceptance_length(a, chosen)
     return SpeculationStatus(enabled=state.speculation.enabled, num_speculative_tokens=g,
                              modelled_speedup_percent=speedup,
-                             acceptance_length_milli=round(1000 * length) if length is not None else None)
+                             acceptance_length_milli=round(1000 * length) if length is not None else None,
+                             acceptance_length=round(length, 3) if length is not None else None)
 
 
 def _event(action: act.Action) -> EventNote:

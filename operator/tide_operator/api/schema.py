@@ -55,6 +55,8 @@ def _drop_null(node: Schema, defs: Schema) -> Schema:
 def _convert(node: Schema, defs: Schema) -> Schema:
     node = _drop_null(_resolve(node, defs), defs)
     out = {key: value for key, value in node.items() if key not in _DROPPED}
+    if isinstance(out.get("description"), str):  # docstring line breaks are layout: kubectl explain rewraps
+        out["description"] = " ".join(out["description"].split())
     if out.get("type") == "object":
         _convert_object(out, defs)
     if "items" in out:

@@ -17,7 +17,8 @@ from tide_operator.api.spec_workload import (
 
 
 class TideDeploymentSpec(ApiModel):
-    """A vLLM deployment whose speculative draft is kept aligned with live traffic."""
+    """Desired state: the target model and its draft, where vLLM serves and the trainer runs, the
+    control loop's knobs, the S3 bucket of captures and drafts, and the Prometheus to read."""
 
     model_config = ConfigDict(
         json_schema_extra=cel_validations(
@@ -33,9 +34,16 @@ class TideDeploymentSpec(ApiModel):
     )
 
     target: TargetSpec
+    """The model vLLM serves (required); drafts are pinned to its revision and tokenizer."""
     draft: DraftSpec = Field(default_factory=DraftSpec)
+    """The speculative draft head: method, the draft to start with, tokens proposed per step."""
     inference: InferenceSpec = Field(default_factory=InferenceSpec)
+    """The vLLM pods on the inference pool: replicas, GPUs, image, scheduling, extra arguments."""
     training: TrainingSpec = Field(default_factory=TrainingSpec)
+    """The trainer Jobs on the training pool: GPUs per Job, image, scheduling."""
     control: ControlSpec = Field(default_factory=ControlSpec)
+    """The adaptive loop's knobs (every one has a default): speculation, drift, capture, training, canary."""
     storage: StorageSpec
+    """Where captures and drafts live (required): an S3 or S3-compatible bucket."""
     prometheus: PrometheusSpec = Field(default_factory=PrometheusSpec)
+    """The Prometheus the control loop reads vLLM's metrics from; default from the operator configuration."""

@@ -64,6 +64,7 @@ class DriftSpec(ApiModel):
     short_half_life: Duration = "2m"
     """Half-life of the short average; above 0s (a zero half-life has no average)."""
     long_half_life: Duration = "30m"
+    """Half-life of the long average, the baseline a shift is measured against; longer than shortHalfLife."""
     threshold_percent: int = Field(default=5, ge=1, le=99)
     """A shift is short < long * (1 - threshold / 100): 100 would need an acceptance below zero."""
     min_samples: int = Field(default=200, ge=1, le=1_000_000_000)
@@ -71,14 +72,19 @@ class DriftSpec(ApiModel):
 
 
 class ConfigMapKeyRef(ApiModel):
+    """A key of a ConfigMap in the TideDeployment's namespace."""
+
     name: DnsSubdomain
+    """Name of the ConfigMap."""
     key: Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
+    """Key of the ConfigMap's data whose value is read."""
 
 
 class CostPoint(ApiModel):
     """Measured step costs at one batch size."""
 
     batch_size: int = Field(ge=1, le=65536)
+    """Batch size (running sequences per engine) at which the costs were measured; one point per value."""
     draft_cost_permille: int = Field(ge=0, le=100_000)
     """c(b): one draft step as a fraction of one target step, in permille."""
     verify_cost_percent: int = Field(ge=100, le=10_000)
@@ -107,6 +113,7 @@ class CostProfileSpec(ApiModel):
         max_length=64,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["batchSize"]},
     )
+    """Inline cost points, 1 to 64, one per batchSize (as ``tide calibrate`` measures them)."""
 
 
 class CaptureSpec(ApiModel):
@@ -126,11 +133,18 @@ class CaptureSpec(ApiModel):
     sampling_percent: int = Field(default=100, ge=1, le=100)
     """Share of requests captured while collecting."""
     max_buffer_samples: int = Field(default=4096, ge=1, le=100_000_000)
+    """Cap on captured samples kept in S3: past it the oldest shards are deleted (never ones a running
+    trainer has claimed); at least training.sampleThreshold."""
     max_buffer_bytes: ByteQuantity = "2Gi"
+    """Cap on the bytes of captures kept in S3 (a quantity: 512Mi, 2Gi); past it the oldest shards go."""
     retention: Duration = "24h"
     """Captures older than this are dropped."""
     server_side_encryption: ServerSideEncryption = ServerSideEncryption.NONE
+    """S3 server-side encryption of every object written (captures by the pods, drafts, manifests):
+    None (the bucket's default), AES256 or aws:kms."""
     kms_key_id: Annotated[str, StringConstraints(min_length=1, max_length=2048)] | None = None
+    """KMS key (id or ARN) for aws:kms; default: the bucket's AWS-managed key. Needs
+    storage.s3.credentialsSecret (the operator's own identity uses no key of a spec's choosing)."""
 
 
 class TrainingControlSpec(ApiModel):
@@ -165,6 +179,8 @@ class CanarySpec(ApiModel):
     )
 
     replicas: int = Field(default=1, ge=1, le=64)
+    """vLLM pods that serve the candidate during a canary (the first ready pods by name); the others are
+    the control. Fewer than inference.replicas when that is above 1."""
     analysis_window: Duration = "5m"
     """How long the canary is measured against the control pods; above 0s."""
     min_acceptance_length_gain_percent: int = Field(default=2, ge=0, le=1000)
@@ -197,6 +213,9 @@ class ControlSpec(ApiModel):
     )
 
     speculation: SpeculationMode = SpeculationMode.ADAPTIVE
+    """Adaptive: speculate while the modelled speedup at the observed batch size exceeds
+    1 + decision.speedupMarginPercent (with hysteresis and dwell); On: always, at
+    draft.numSpeculativeTokens; Off: never."""
     interval: Duration = "30s"
     """Period of the control loop (metrics query and decision)."""
     paused: bool = False
@@ -210,7 +229,8 @@ class ControlSpec(ApiModel):
     decision: DecisionSpec = Field(default_factory=DecisionSpec)
     drift: DriftSpec = Field(default_factory=DriftSpec)
     cost_profile: CostProfileSpec | None = None
-    """Default: the operator's built-in profile."""
+    """Measured step costs c(b) and beta(b) the speedup model uses, from a ConfigMap or inline points;
+    default: the operator's built-in profile."""
     capture: CaptureSpec = Field(default_factory=CaptureSpec)
     training: TrainingControlSpec = Field(default_factory=TrainingControlSpec)
     canary: CanarySpec = Field(default_factory=CanarySpec)

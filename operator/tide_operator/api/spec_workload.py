@@ -66,17 +66,25 @@ class Toleration(ApiModel):
     """A core/v1 Toleration (GPU pools are usually tainted)."""
 
     key: LabelKey | None = None
+    """Taint key tolerated; must be a key the operator's podPolicy allows or a GPU class's resource
+    name (a toleration without a key, tolerating every taint, is refused)."""
     operator: TolerationOperator | None = None
+    """Exists (any value) or Equal (the value below); Kubernetes defaults to Equal."""
     value: Annotated[str, StringConstraints(min_length=1, max_length=63)] | None = None
+    """Taint value matched by Equal; leave out with Exists."""
     effect: TaintEffect | None = None
+    """Taint effect tolerated (NoSchedule, PreferNoSchedule, NoExecute); omitted: every effect."""
     toleration_seconds: int | None = Field(default=None, ge=0)
+    """With NoExecute: seconds the pod stays bound after the taint appears; omitted: forever."""
 
 
 class ResourceOverrides(ApiModel):
     """CPU and memory for the container; the GPU count always comes from the pool's GPU class."""
 
     requests: QuantityMap | None = Field(default=None, max_length=16)
+    """Requests by resource name (cpu: 4, memory: 32Gi); one for the pool's GPU resource is dropped."""
     limits: QuantityMap | None = Field(default=None, max_length=16)
+    """Limits by resource name; the pool's GPU resource is always limited to gpusPerReplica (gpusPerJob)."""
 
 
 class PodScheduling(ApiModel):
@@ -89,7 +97,9 @@ class PodScheduling(ApiModel):
     image: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = None
     """Container image; default from the operator configuration."""
     tolerations: tuple[Toleration, ...] = Field(default=(), max_length=32)
+    """Tolerations of the pods (core/v1), at most 32; keys limited by the operator's podPolicy."""
     priority_class_name: DnsSubdomain | None = None
+    """PriorityClass of the pods; must be one the operator's podPolicy allows."""
     service_account_name: DnsSubdomain | None = None
     """Service account of the pods (cloud IAM for S3 instead of a credentials Secret)."""
     resources: ResourceOverrides | None = None
@@ -143,7 +153,9 @@ class TrainingSpec(PodScheduling):
     """The trainer Jobs on the training pool."""
 
     gpus_per_job: int = Field(default=1, ge=1, le=16)
+    """GPUs of the training pool's class each trainer Job requests; a Job must fit on one node."""
     max_concurrent_jobs: int = Field(default=1, ge=1, le=8)
+    """Reserved: the operator runs one trainer Job at a time per TideDeployment whatever this says."""
 
 
 # What botocore accepts as an endpoint host: DNS labels of letters, digits and inner dashes (no
@@ -159,6 +171,7 @@ class S3Storage(ApiModel):
     """S3 (or S3-compatible) storage of captures and drafts."""
 
     bucket: Annotated[str, StringConstraints(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")]
+    """Bucket name; without credentialsSecret it must be one the operator configuration lends."""
     # No empty-string defaults: the v1.20 API server reads them as null and rejects the CRD.
     prefix: (
         Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=r"^[A-Za-z0-9!_.*'()/-]+$")] | None
@@ -178,6 +191,8 @@ class S3Storage(ApiModel):
 
 
 class StorageSpec(ApiModel):
+    """Where captures (hidden-state shards) and drafts are stored."""
+
     s3: S3Storage
 
 
@@ -188,6 +203,8 @@ PrometheusLabelName = Annotated[
 
 
 class PrometheusSpec(ApiModel):
+    """The Prometheus that scrapes the vLLM pods; the control loop reads acceptance and load from it."""
+
     url: Annotated[str, StringConstraints(max_length=512, pattern=r"^https?://\S+$")] | None = None
     """Prometheus that scrapes the vLLM pods; default from the operator configuration. Another URL
     must lie under the operator configuration's prometheus.allowedUrls."""

@@ -51,33 +51,51 @@ class Condition(StatusModel):
     """A metav1.Condition."""
 
     type: Annotated[str, StringConstraints(min_length=1, max_length=316)]
+    """Ready, Scheduled, SpeculationEnabled, Collecting, Training, Promoting, Degraded or
+    BootstrapDraftReady; one entry per type."""
     status: ConditionStatus
+    """True, False or Unknown."""
     reason: Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=REASON_PATTERN)]
+    """Why, as a CamelCase word for machines and alerts (ReplicasReady, DriftDetected, RolledBack...)."""
     message: Message
-    """Required like metav1.Condition's; never empty (the v1.20 API server reads "" as null)."""
+    """Why, for humans; required like metav1.Condition's and never empty (the v1.20 API server reads
+    "" as null); credentials are stripped and the length bounded."""
     last_transition_time: Time
+    """When status last changed (RFC 3339); a new reason or message with the same status keeps it."""
     observed_generation: int = Field(default=0, ge=0)
+    """metadata.generation of the spec the condition was set from."""
 
 
 class InferencePoolStatus(StatusModel):
+    """The GPU pool the vLLM pods were placed on, and how many of them are ready."""
+
     gpu_class: GpuClassName | None = None
+    """GPU class (a catalog key such as H100) chosen for inference; absent while none can be placed."""
     nodes: int = Field(default=0, ge=0)
     """Nodes of the class with room for at least one replica."""
     replicas: int = Field(default=0, ge=0)
+    """vLLM replicas asked for (spec.inference.replicas as the last pass read it)."""
     replicas_ready: int = Field(default=0, ge=0)
+    """vLLM replicas ready (the vLLM Deployment's readyReplicas)."""
 
 
 class TrainingPoolStatus(StatusModel):
+    """The GPU pool trainer Jobs are placed on."""
+
     gpu_class: GpuClassName | None = None
+    """GPU class chosen for training; absent while no class has room for a trainer Job."""
     nodes: int = Field(default=0, ge=0)
     """Nodes of the class with room for one trainer Job."""
 
 
 class DraftStatus(StatusModel):
+    """The draft versions in play for the current target revision."""
+
     current: DraftVersion | None = None
-    """Promoted draft version (``vN``), or ``initial``."""
+    """Draft version the fleet serves: the promoted vN for this target revision, or initial
+    (spec.draft.initial); absent while none is served."""
     candidate: DraftVersion | None = None
-    """Draft being evaluated or canaried."""
+    """Draft version being evaluated or canaried; absent otherwise."""
     served_revision: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
     """Target revision the current draft is pinned to."""
 
@@ -86,44 +104,71 @@ class CanaryStatus(StatusModel):
     """The canary in progress: the pods that got the candidate when it started (a rollback swaps these back)."""
 
     candidate: DraftVersion
+    """Draft version under test on the canary pods."""
     pods: tuple[Annotated[str, StringConstraints(min_length=1, max_length=253)], ...] = Field(
         default=(), max_length=64)
+    """Names of the vLLM pods serving the candidate; the others are the control."""
 
 
 class SpeculationStatus(StatusModel):
+    """The fleet's speculative decoding, as the last control pass decided and measured it."""
+
     enabled: bool = False
+    """Whether the vLLM pods speculate (the SpeculationEnabled condition says why)."""
     num_speculative_tokens: int = Field(default=0, ge=0)
+    """Upper bound on tokens drafted per step (draft.numSpeculativeTokens); 0 while speculation is off."""
     modelled_speedup_percent: int | None = Field(default=None, ge=0)
-    """Modelled speedup at the observed batch size, in percent (135 = 1.35x)."""
+    """Modelled speedup at the observed batch size, in percent (135 = 1.35x); absent until measured."""
     acceptance_length_milli: int | None = Field(default=None, ge=0)
-    """Mean acceptance length (tokens per verify step) in thousandths (2340 = 2.34)."""
+    """Mean acceptance length (tokens per verify step) in thousandths (2340 = 2.34); kept for older
+    readers, acceptanceLength holds the same value as a number."""
+    acceptance_length: float | None = Field(default=None, ge=0)
+    """Mean acceptance length of the served draft over the last rate window (else modelled from its
+    last known acceptance rate): tokens per verify step, bonus token included (1.0 = nothing
+    accepted), to thousandths; absent while unknown."""
 
 
 class Decision(StatusModel):
+    """The last action the control loop took (each action is also an Event)."""
+
     time: Time
+    """When the action was decided (RFC 3339)."""
     action: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    """The action: SetSpeculation, SetCapture, LaunchTraining, StartCanary, Promote, RollBack, ServeDraft..."""
     reason: Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=REASON_PATTERN)]
+    """Why, as a CamelCase word."""
     message: Message | None = None
+    """Why, for humans, with the numbers the decision read."""
 
 
 class TideDeploymentStatus(StatusModel):
+    """Observed state, written by the operator once per pass; reconstructable from the cluster and S3."""
+
     phase: Phase = Phase.PENDING
+    """Pending (not placed yet, or no vLLM replica ready), Serving, Collecting (capturing hidden states
+    after a drift), Training (a trainer Job runs), Evaluating (a candidate's held-out result is judged),
+    Canary, Invalid (the spec was refused: the Ready condition names the field) or Degraded (reserved:
+    trouble shows as the Degraded condition)."""
     observed_generation: int = Field(default=0, ge=0)
+    """metadata.generation of the spec the last pass acted on."""
     conditions: tuple[Condition, ...] = Field(
         default=(),
         max_length=32,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
+    """Conditions, one per type (Ready, Scheduled, SpeculationEnabled, Collecting, Training,
+    Promoting, Degraded, BootstrapDraftReady); each flip is also an Event."""
     inference_pool: InferencePoolStatus | None = None
     training_pool: TrainingPoolStatus | None = None
     draft: DraftStatus | None = None
     canary: CanaryStatus | None = None
+    """Present only while a canary runs."""
     speculation: SpeculationStatus | None = None
     last_decision: Decision | None = None
     selector: Annotated[str, StringConstraints(min_length=1, max_length=1024)] | None = None
     """Label selector of the vLLM pods (the scale subresource's labelSelectorPath)."""
     replicas: int = Field(default=0, ge=0)
-    """Observed vLLM replicas (the scale subresource's statusReplicasPath)."""
+    """Ready vLLM replicas (the scale subresource's statusReplicasPath, which an autoscaler reads)."""
     control_state: dict[str, Any] | None = None
     """The control policy's own state (drift averages, lifecycle, dwell timers), opaque; kept in status
     so that an operator restart resumes exactly where it was."""

@@ -98,22 +98,26 @@ def test_subresources_and_printer_columns() -> None:
         "statusReplicasPath": ".status.replicas",
         "labelSelectorPath": ".status.selector",
     }
-    columns = {column["name"]: column["jsonPath"] for column in version["additionalPrinterColumns"]}
-    assert list(columns) == [
+    printed = version["additionalPrinterColumns"]
+    columns = {column["name"]: column["jsonPath"] for column in printed}
+    assert [name for name, column in zip(columns, printed, strict=True) if not column.get("priority")] == [
+        "Ready",
+        "Replicas",
         "Phase",
-        "Inference GPU",
-        "Training GPU",
         "Draft",
+        "Speculation",
         "Acceptance",
-        "Speedup",
         "Age",
     ]
+    assert columns["Acceptance"] == ".status.speculation.acceptanceLength"
     status = resource_schema()["properties"]["status"]
-    for path in columns.values():
-        if path.startswith(".status."):
+    for column in printed:
+        if column["jsonPath"].startswith(".status."):
             node = status
-            for part in path.split(".")[2:]:
+            for part in column["jsonPath"].split(".")[2:]:
                 node = node["properties"][part]  # the column points at a real status field
+            assert node["type"] == column["type"], column  # and prints it as what it is
+            assert column["description"] == node["description"]
     names = crd()["spec"]["names"]
     assert (names["kind"], names["plural"], names["shortNames"]) == (
         "TideDeployment",

@@ -72,7 +72,8 @@ def test_a_good_draft_at_low_load_is_switched_on_through_the_effects():
     assert draft.status.speculation.enabled
     assert draft.status.speculation.num_speculative_tokens == 3
     assert draft.status.speculation.modelled_speedup_percent is None  # measuring: no acceptance known yet
-    assert draft.status.speculation.acceptance_length_milli == 2500
+    assert draft.status.speculation.acceptance_length_milli == 2500  # kept for older readers
+    assert draft.status.speculation.acceptance_length == 2.5  # the Acceptance printer column
     assert condition(draft, "SpeculationEnabled").status == "True"
     assert condition(draft, "Degraded").status == "False"
     assert draft.status.control_state == state.to_dict()  # kept for a restart
@@ -180,6 +181,21 @@ def test_drafts_converge_to_the_canary_and_the_pointer_and_it_is_an_event_naming
     assert [e.message for e in draft.events if e.reason == "DraftsConverged"] == ["chat-vllm-b: draft initial -> v3"]
     assert draft.status.canary is not None
     assert (draft.status.canary.candidate, draft.status.canary.pods) == ("c1", ("chat-vllm-a",))
+
+
+def test_the_served_draft_and_the_candidate_are_reported_for_the_draft_column():
+    draft = _in_canary(_settled())
+    control_pass(draft, PARAMS, SensorReading(replace(GOOD_DRAFT_LOW_LOAD, promoted_version="v2")),
+                 RecordingEffects(), now=90.0)
+    assert draft.status.draft is not None
+    assert (draft.status.draft.current, draft.status.draft.candidate) == ("v2", "c1")
+    assert draft.status.draft.served_revision == "r1"
+
+    bare = serving_draft()
+    control_pass(bare, PARAMS, SensorReading(replace(GOOD_DRAFT_LOW_LOAD, promoted_version=None)),
+                 RecordingEffects(), now=0.0)
+    assert bare.status.draft is not None
+    assert (bare.status.draft.current, bare.status.draft.served_revision) == (None, None)  # nothing served yet
 
 
 def test_a_pass_that_moves_drafts_itself_or_a_pinned_draft_leaves_the_stragglers_to_later():
