@@ -1,4 +1,4 @@
-.PHONY: demo demo-fast test setup lint cluster-up cluster-down clean kind-e2e
+.PHONY: demo demo-fast test setup lint cluster-up cluster-down clean kind-e2e chart-readme
 
 demo:            ## the whole loop, real vLLM on CPU + real trainer (~15 min; see README)
 	bash hack/demo.sh
@@ -14,6 +14,9 @@ setup:
 
 lint:
 	.venv/bin/ruff check .
+
+chart-readme:    ## regenerate charts/tide-operator/README.md from values.yaml (helm-docs comments)
+	python3 hack/chart-readme.py
 
 cluster-up:      ## a local control plane with fake GPU nodes; prints KUBECONFIG
 	.venv/bin/python -m tide_localcluster up

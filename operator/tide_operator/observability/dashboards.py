@@ -29,6 +29,9 @@ BY = "label_tide_dev_deployment"
 # Every vLLM series joined to the draft its pod serves (the plugin's tide_draft_info, one per pod).
 WITH_VERSION = "* on (namespace, pod) group_left (version) tide_draft_info"
 RATE = "$__rate_interval"
+# One series per serving pod on every scrape, draft or not (tide_draft_info exists only while a draft
+# is loaded): the variables list deployments that bootstrap or failed to load a draft too.
+PER_POD = "tide_serving_plugin_info"
 
 
 def _rate(metric: str, by: str, selector: str = VLLM, join: bool = False) -> str:
@@ -115,9 +118,9 @@ def lifecycle_row() -> Row:
 def tide_dashboard() -> dict[str, Any]:
     variables = [
         datasource_variable(),
-        query_variable("namespace", "Namespace", "label_values(tide_draft_info, namespace)", multi=False),
+        query_variable("namespace", "Namespace", f"label_values({PER_POD}, namespace)", multi=False),
         query_variable("deployment", "TideDeployment",
-                       'label_values(tide_draft_info{namespace="$namespace"}, label_tide_dev_deployment)', multi=True),
+                       f'label_values({PER_POD}{{namespace="$namespace"}}, {BY})', multi=True),
     ]
     decisions = f"increase(tide_operator_decisions_total{{{OPERATOR}, action=~\"%s\"}}[2m]) > 0"
     annotations = [

@@ -47,6 +47,15 @@ def test_table_covers_every_lifecycle_phase_as_healthy() -> None:
     assert {Phase.SERVING, Phase.COLLECTING, Phase.TRAINING, Phase.CANARY} <= healthy
 
 
+def test_the_paused_field_the_check_reads_is_the_crds() -> None:
+    """health.lua reads obj.spec.control.paused (the paused cases of the table): the CRD must call it that."""
+    crd = yaml.safe_load((REPO / "crds" / "tidedeployment.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["properties"]["control"]["properties"]["paused"]["type"] == "boolean"
+    suspended = [c for c in TABLE if c["healthStatus"]["status"] == "Suspended"]
+    assert suspended, "the table has no paused (Suspended) case"
+
+
 def test_argocd_cm_snippet_carries_the_same_lua() -> None:
     snippet = yaml.safe_load((REPO / "argocd" / "argocd-cm.yaml").read_text())
     assert snippet["data"]["resource.customizations.health.tide.dev_TideDeployment"] == HEALTH_LUA

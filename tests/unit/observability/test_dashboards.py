@@ -88,3 +88,30 @@ def test_every_query_is_valid_promql(tmp_path: Path) -> None:
     check = subprocess.run([PROMTOOL, "check", "rules", str(path)],
                            check=False, capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def _metric(query: str) -> str:
+    match = re.fullmatch(r"label_values\((\w+)(\{[^}]*\})?, \w+\)", query)
+    assert match, query
+    return match.group(1)
+
+
+def test_namespace_and_deployment_variables_list_pods_that_serve_no_draft() -> None:
+    """The variables read a series every serving pod exposes on every scrape, also with no draft
+    loaded (a bootstrap, a failed load): the plugin's info metric, not tide_draft_info."""
+    from types import SimpleNamespace
+
+    from tide_contracts import serving_control as sc
+    from tide_serving.serving_metrics import ServingCollector
+
+    no_draft = SimpleNamespace(
+        model_name="chat", plugin_version="0.1.0", vllm_version="0.11.0", engine_supported=True,
+        draft_identity=lambda: None, speculation_enabled=lambda: False, swap_results={}, last_pause_s=0.0,
+        capture_snapshot=lambda: sc.CaptureState(enabled=False, sampling_rate=1.0, destination=None,
+                                                 counters=sc.CaptureCounters()))
+    always = {family.name for family in ServingCollector(no_draft).collect()}  # type: ignore[arg-type]
+    board = _dashboards()[0]
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    for name in ("namespace", "deployment"):
+        assert _metric(variables[name]["query"]["query"]) in always, name
+    assert "$namespace" in variables["deployment"]["query"]["query"]

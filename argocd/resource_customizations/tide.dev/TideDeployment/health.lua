@@ -1,11 +1,17 @@
 -- Argo CD health of a TideDeployment (tide.dev/v1alpha1).
 -- Healthy: Ready=True at the current generation, also while it collects, trains or canaries: that
 --   is normal operation and can last hours, so it must not hold sync waves.
+-- Suspended: what would be Healthy while spec.control.paused is true (every decision frozen, the
+--   children still reconciled, so Degraded and Progressing still win).
 -- Degraded: the spec is invalid, credentials or GPU classes are missing, or Degraded=True.
 -- Progressing: no status yet, a spec change not yet observed, replicas still starting, or pods
 --   waiting for GPU capacity (Scheduled=False, WaitingForCapacity: the scheduler or an autoscaler
 --   brings it, so it is time, not a person, that fixes it).
 local hs = {}
+
+local function paused(spec)
+  return spec ~= nil and spec.control ~= nil and spec.control.paused == true
+end
 
 local function find(conditions, type_)
   if conditions == nil then return nil end
@@ -55,6 +61,10 @@ if ready ~= nil and ready.status == "True" then
     table.insert(parts, status.speculation.enabled and "speculation on" or "speculation off")
   end
   hs.message = table.concat(parts, ", ")
+  if paused(obj.spec) then
+    hs.status = "Suspended"
+    hs.message = "Paused (spec.control.paused): " .. hs.message
+  end
   return hs
 end
 hs.status = "Progressing"
