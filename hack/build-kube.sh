@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Build kube-apiserver, kube-controller-manager and kube-scheduler v1.20.2 from Debian's
 # source package and cache them outside the checkout. Recipe and its two traps:
-# shared/research/local-control-plane.md. Rebuilds only what is missing.
+# shared/research/local-control-plane.md. Rebuilds only what is missing. The long steps log to
+# $OUT/build.log and print a heartbeat meanwhile (hack/lib/progress.sh); a failed step shows its log.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/progress.sh"
 
 KUBE_VERSION=1.20.2
 DEB_SOURCE_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
@@ -17,6 +19,20 @@ if [ ${#missing[@]} -eq 0 ]; then
   echo "kubernetes v$KUBE_VERSION binaries cached in $BIN"
   exit 0
 fi
+
+BUILD_LOG="$OUT/build.log"
+logged() {  # logged WHAT CMD...: one long step, its output in the build log, a heartbeat meanwhile
+  local what=$1 rc=0; shift
+  echo "[$(elapsed_s)] $what"
+  run_with_heartbeat "${what%% (*}" "$BUILD_LOG" "$@" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    tail -n 60 "$BUILD_LOG" >&2
+    echo "error: $what failed (exit $rc; log: $BUILD_LOG)" >&2
+    exit "$rc"
+  fi
+}
+mkdir -p "$OUT"
+: >"$BUILD_LOG"
 
 need_root() {
   if [ "$(id -u)" -ne 0 ]; then
@@ -52,11 +68,12 @@ TREE="$WORK/gopath/src/k8s.io/kubernetes"
 if [ ! -f "$TREE/.tide-prepared" ]; then
   rm -rf "$WORK"
   mkdir -p "$WORK/dl" "$WORK/gopath/src/k8s.io"
-  (cd "$WORK/dl" && apt-get source --download-only "kubernetes=$DEB_SOURCE_VERSION" >/dev/null)
+  logged "downloading the kubernetes $DEB_SOURCE_VERSION source package" \
+    bash -c 'cd "$1" && apt-get source --download-only "kubernetes=$2"' _ "$WORK/dl" "$DEB_SOURCE_VERSION"
   orig=$(ls "$WORK"/dl/kubernetes_*.orig.tar.* | head -n1)
   [ -n "$orig" ] || { echo "error: apt-get source gave no orig tarball for kubernetes $DEB_SOURCE_VERSION" >&2; exit 3; }
   mkdir -p "$TREE"
-  tar -xf "$orig" -C "$TREE" --strip-components=1
+  logged "unpacking $(basename "$orig")" tar -xf "$orig" -C "$TREE" --strip-components=1
   rm -rf "$WORK/dl"
 
   # Trap 2: vendored reflect2 1.0.1 crashes Go >= 1.18 on the first custom-resource create.
@@ -67,13 +84,15 @@ if [ ! -f "$TREE/.tide-prepared" ]; then
   export GOPATH="$WORK/gopath" GO111MODULE=off CGO_ENABLED=0 GOFLAGS=
   cd "$TREE"
   # Trap 1: the tarball lacks the generated OpenAPI definitions.
-  go build -o "$WORK/openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen
+  logged "building openapi-gen" go build -v -o "$WORK/openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen
+  echo "[$(elapsed_s)] finding the packages with OpenAPI definitions"
   dirs=$(grep -RIl --include='*.go' '+k8s:openapi-gen=' pkg cmd plugin vendor/k8s.io \
           | xargs -n1 dirname | sort -u \
           | grep -v -e '^vendor/k8s.io/code-generator' -e '^vendor/k8s.io/sample-apiserver' \
           | sed 's#^#k8s.io/kubernetes/#' | paste -sd, -)
-  "$WORK/openapi-gen" -i "$dirs" -p k8s.io/kubernetes/pkg/generated/openapi -O zz_generated.openapi \
-    -h hack/boilerplate/boilerplate.generatego.txt -r "$WORK/openapi-report.txt" >/dev/null
+  logged "generating the OpenAPI definitions" \
+    "$WORK/openapi-gen" -i "$dirs" -p k8s.io/kubernetes/pkg/generated/openapi -O zz_generated.openapi \
+    -h hack/boilerplate/boilerplate.generatego.txt -r "$WORK/openapi-report.txt"
   touch "$TREE/.tide-prepared"
 fi
 
@@ -82,10 +101,11 @@ export GOCACHE="$CACHE/go-build"
 cd "$TREE"
 mkdir -p "$BIN"
 for c in "${missing[@]}"; do
-  echo "building $c v$KUBE_VERSION (first build takes minutes on 2 cores)"
-  go build -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=20" -o "$BIN/$c.tmp" "./cmd/$c"
+  # -v: the package being compiled is the log's last line, which the heartbeat shows.
+  logged "building $c v$KUBE_VERSION (first build takes minutes on 2 cores)" \
+    go build -v -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=20" -o "$BIN/$c.tmp" "./cmd/$c"
   mv "$BIN/$c.tmp" "$BIN/$c"
 done
 # Keep the binaries; the source tree and build cache are only needed to build.
 rm -rf "$WORK" "$GOCACHE"
-echo "kubernetes v$KUBE_VERSION binaries built in $BIN"
+echo "[$(elapsed_s)] kubernetes v$KUBE_VERSION binaries built in $BIN"

@@ -2,9 +2,12 @@
 # Install everything the demo and the tests need on a fresh Debian 12 machine, reusing caches:
 # Debian packages, the project's virtualenv (.venv), the Kubernetes binaries (built once from
 # Debian's source package) and, with --vllm, the vLLM CPU environment. Independent steps run
-# in parallel with the Go build, which is the long pole on a cold machine.
+# in parallel with the Go build, which is the long pole on a cold machine. Each step's output goes to
+# its log (shown when it fails); the terminal gets a line per step with its time and, while steps run,
+# a heartbeat with each one's last log line every TIDE_HEARTBEAT_SECONDS (hack/lib/progress.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source hack/lib/progress.sh
 
 WITH_VLLM=0
 for arg in "$@"; do
@@ -25,18 +28,26 @@ need=()
 for pair in etcd:etcd-server prometheus:prometheus openssl:openssl; do
   command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
 done
+logdir=$(mktemp -d)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing Debian packages: ${need[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  [ -z "$SUDO" ] || $SUDO -v  # a password prompt, if any, before the output goes to a log
+  t0=$SECONDS
+  run_with_heartbeat debian-packages "$logdir/debian-packages.log" bash -c \
+    '$0 apt-get update -qq && DEBIAN_FRONTEND=noninteractive $0 apt-get install -y -qq "$@"' "$SUDO" "${need[@]}" || {
+    rc=$?; echo "== debian-packages: FAILED; its log:" >&2; tail -n 40 "$logdir/debian-packages.log" >&2; exit $rc; }
+  echo "== debian-packages: ok ($((SECONDS - t0))s)"
 fi
 
-logdir=$(mktemp -d)
 pids=()
 names=()
-start() {  # start NAME CMD...: run in the background, log to a file
+start() {  # start NAME CMD...: run in the background with a heartbeat, log to a file, record its seconds
   local name=$1; shift
-  ( "$@" ) >"$logdir/$name.log" 2>&1 &
+  echo "== $name: started"
+  ( t0=$SECONDS; rc=0
+    run_with_heartbeat "$name" "$logdir/$name.log" "$@" || rc=$?
+    echo "$((SECONDS - t0))" >"$logdir/$name.seconds"
+    exit $rc ) &
   pids+=($!); names+=("$name")
 }
 
@@ -48,11 +59,10 @@ fi
 
 failed=0
 for i in "${!pids[@]}"; do
-  t0=$SECONDS
   if wait "${pids[$i]}"; then
-    echo "== ${names[$i]}: ok"
+    echo "== ${names[$i]}: ok ($(cat "$logdir/${names[$i]}.seconds" 2>/dev/null || echo "?")s)"
   else
-    echo "== ${names[$i]}: FAILED; its log:" >&2
+    echo "== ${names[$i]}: FAILED after $(cat "$logdir/${names[$i]}.seconds" 2>/dev/null || echo "?")s; its log:" >&2
     tail -n 40 "$logdir/${names[$i]}.log" >&2
     failed=1
   fi

