@@ -158,12 +158,14 @@ def check_get(plane, kube, namespace: str) -> None:
     watch = subprocess.Popen([sys.executable, "-m", "tide_operator.cli", "--kubeconfig", plane.kubeconfig, "get",
                               "chat", "-n", namespace, "--watch", "--watch-timeout", "8s"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(4)
+    assert watch.stdout is not None
+    first = [watch.stdout.readline(), watch.stdout.readline()]  # the list (flushed before the watch starts)
+    time.sleep(2)
     client.CustomObjectsApi(kube).patch_namespaced_custom_object_status(
         GROUP, VERSION, namespace, PLURAL, "chat", {"status": {"phase": "Collecting"}})
     out, err = watch.communicate(timeout=60)
     assert watch.returncode == 0, err
-    phases = [line.split()[2] for line in out.splitlines()[1:]]
+    phases = [line.split()[2] for line in [*first, *out.splitlines()][1:]]
     assert phases[0] == "Serving"
     assert "Collecting" in phases
     client.CustomObjectsApi(kube).patch_namespaced_custom_object_status(
