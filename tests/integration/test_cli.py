@@ -179,7 +179,8 @@ def check_verbs(plane, kube, namespace: str) -> None:
 
     pause = _cli(plane, "pause", "chat", "-n", namespace)
     assert pause.returncode == 0, pause.stderr
-    assert pause.stdout == f"tidedeployment {namespace}/chat: spec.control.paused unset -> true\n"
+    # The CRD defaults spec.control.paused to false: the API server stored it so.
+    assert pause.stdout == f"tidedeployment {namespace}/chat: spec.control.paused false -> true\n"
     assert control()["paused"] is True
     assert "nothing changed" in _cli(plane, "pause", "chat", "-n", namespace).stdout
     assert _cli(plane, "resume", "chat", "-n", namespace).returncode == 0
@@ -188,7 +189,7 @@ def check_verbs(plane, kube, namespace: str) -> None:
     assert pin.returncode == 0, pin.stderr
     assert control()["draftPin"] == "v2"
     refused = _cli(plane, "pin", "chat", "latest", "-n", namespace)
-    assert (refused.returncode, refused.stderr.count("\n")) == (1, 1)
+    assert (refused.returncode, refused.stderr.count("\n")) == (1, 1), refused.stderr
     assert "spec.control.draftPin" in refused.stderr
     assert _cli(plane, "unpin", "chat", "-n", namespace).returncode == 0
     assert "draftPin" not in control()

@@ -239,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """The command against the cluster: its errors as one line and an exit code (module docstring)."""
+    import warnings
+
+    from urllib3.exceptions import InsecureRequestWarning
+
+    # A kubeconfig with insecure-skip-tls-verify is the user's choice; kubectl says nothing on each call.
+    warnings.filterwarnings("ignore", category=InsecureRequestWarning)
     from kubernetes.config import ConfigException
     from urllib3.exceptions import HTTPError
 
