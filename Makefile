@@ -16,7 +16,7 @@ lint:
 	.venv/bin/ruff check .
 
 chart-readme:    ## regenerate charts/tide-operator/README.md from values.yaml (helm-docs comments)
-	python3 hack/chart-readme.py
+	.venv/bin/python hack/chart-readme.py
 
 cluster-up:      ## a local control plane with fake GPU nodes; prints KUBECONFIG
 	.venv/bin/python -m tide_localcluster up
