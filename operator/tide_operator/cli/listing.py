@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from tide_operator.cli.status import age
+from tide_operator.cli.status import age, table
 
 COLUMNS = ("NAME", "READY", "PHASE", "DRAFT", "SPECULATION", "ACCEPTANCE", "AGE")
 WIDE = ("INFERENCE", "TRAINING", "CANDIDATE")
@@ -54,10 +54,7 @@ def render_table(objs: Sequence[dict[str, Any]], now: datetime, *, wide: bool = 
     """Columns padded to the widest cell, as kubectl prints them."""
     head = (["NAMESPACE"] if namespace else []) + list(COLUMNS) + (list(WIDE) if wide else [])
     rows = ([head] if header else []) + [row(obj, now, wide=wide, namespace=namespace) for obj in objs]
-    if not rows:
-        return ""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)
+    return "".join(line + "\n" for line in table(rows, indent="")) if rows else ""
 
 
 def render_document(doc: Any, output: str) -> str:
