@@ -55,6 +55,10 @@ class IncompatibleDraft(RegistryError):
     """The draft is pinned to another target revision or tokenizer."""
 
 
+class UnknownVersion(RegistryError):
+    """No promoted draft of that version exists (a pointer flip to it is refused)."""
+
+
 class PruneIncomplete(RegistryError):
     """S3 refused some keys of a delete; ``deleted`` holds the ones it did delete."""
 
@@ -120,6 +124,7 @@ class HistoryEntry(_Frozen):
     previous: str | None = None  # the version it named before
     run_id: str | None = None
     reason: str = ""
+    manual: bool = False  # a user asked for it (tide promote / tide rollback), not the loop
 
 
 @dataclass(frozen=True)
@@ -267,10 +272,31 @@ class DraftRegistry:
         )
         return new
 
-    def roll_back(self, version: str, *, target_revision: str, now: datetime, reason: str) -> PromotedPointer:
+    def roll_back(self, version: str, *, target_revision: str, now: datetime, reason: str,
+                  manual: bool = False) -> PromotedPointer:
         """Point back at an earlier promoted version (a pointer flip: no file moves)."""
+        return self.point_to(version, target_revision=target_revision, now=now, reason=reason, action="rollback",
+                             manual=manual)
+
+    def point_to(self, version: str, *, target_revision: str, now: datetime, reason: str, action: str,
+                 manual: bool = False) -> PromotedPointer:
+        """Flip the pointer to an already promoted drafts/vN (a rollback, or a promotion by hand).
+
+        The draft's manifest is checked against the target revision and its checksum goes into the
+        pointer, as at promotion, so pods verify what they fetch. Raises UnknownVersion when vN was
+        never promoted. Conditional on the pointer read first: a concurrent flip loses, never both.
+        """
+        if not _VERSION_RE.match(version):
+            raise UnknownVersion(f"{version!r} is not a draft version like v3")
         pointer, etag = self.promoted()
-        manifest = self.draft_manifest(version)
+        try:
+            written = self.client.get_object(Bucket=self.bucket, Key=self.key("drafts", version, MANIFEST_FILE))
+        except ClientError as e:
+            if _code(e) in ("NoSuchKey", "404", "NotFound"):
+                raise UnknownVersion(f"{version} was never promoted (no {self.key('drafts', version)}/)") from e
+            raise RegistryError(f"reading {self.key('drafts', version, MANIFEST_FILE)}: {e}") from e
+        raw = bytes(written["Body"].read())
+        manifest = Manifest.model_validate_json(raw)
         _check_compatible(manifest, target_revision, None, f"draft {version}")
         new = PromotedPointer(
             version=version,
@@ -278,19 +304,23 @@ class DraftRegistry:
             target_revision=target_revision,
             tokenizer_hash=manifest.tokenizer_hash,
             updated_at=_iso(now),
+            manifest_sha256=hashlib.sha256(raw).hexdigest(),
         )
         self._replace_pointer(new, etag)
         self._record(
-            HistoryEntry(
-                action="rollback",
-                at=new.updated_at,
-                version=version,
-                previous=pointer.version if pointer else None,
-                reason=reason,
-            ),
+            HistoryEntry(action=action, at=new.updated_at, version=version, run_id=manifest.run_id,
+                         previous=pointer.version if pointer else None, reason=reason, manual=manual),
             now,
         )
         return new
+
+    def previous_version(self) -> str | None:
+        """The version the pointer named before its last flip (what a rollback goes back to), if any."""
+        pointer, _ = self.promoted()
+        flips = [e for e in self.history() if e.action in ("promote", "rollback")]
+        if pointer is None or not flips or flips[-1].version != pointer.version:
+            return None  # the pointer moved outside the history: nothing to trust
+        return flips[-1].previous
 
     def record_rejection(self, run_id: str, *, now: datetime, reason: str) -> None:
         """A canary that did not promote: the pointer stays, the history says why."""

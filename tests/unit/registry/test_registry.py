@@ -30,6 +30,7 @@ from tide_contracts.registry import (
     Manifest,
     PointerConflict,
     RegistryError,
+    UnknownVersion,
     captures_to_prune,
     manifest_json,
 )
@@ -213,6 +214,42 @@ def test_rollback_flips_the_pointer_back_and_keeps_every_draft(registry: DraftRe
     assert pointer.version == "v1"
     assert all_keys(registry, "drafts") == drafts
     assert [h.action for h in registry.history()][-2:] == ["rollback", "reject"]
+
+
+def test_a_flip_by_hand_checks_the_draft_pins_its_manifest_and_is_recorded_as_manual(
+        registry: DraftRegistry) -> None:
+    for run_id in ("r1", "r2", "r3"):
+        put_candidate(registry, run_id)
+        registry.promote(run_id, target_revision=REV, tokenizer_hash=TOK, now=NOW)
+    assert registry.previous_version() == "v2"  # what a rollback goes back to
+
+    pointer = registry.point_to("v1", target_revision=REV, now=NOW, reason="tide promote", action="promote",
+                                manual=True)
+    written = registry.client.get_object(Bucket=registry.bucket, Key=registry.key("drafts", "v1", "manifest.json"))
+    assert pointer.manifest_sha256 == hashlib.sha256(written["Body"].read()).hexdigest()  # pods verify it
+    assert (pointer.version, pointer.run_id) == ("v1", "r1")
+    last = registry.history()[-1]
+    assert (last.action, last.version, last.previous, last.run_id, last.manual) == ("promote", "v1", "v3", "r1", True)
+    assert registry.previous_version() == "v3"  # two rollbacks in a row return, like `kubectl rollout undo`
+
+    drafts = all_keys(registry, "drafts")
+    with pytest.raises(UnknownVersion, match="v9 was never promoted"):
+        registry.point_to("v9", target_revision=REV, now=NOW, reason="", action="promote", manual=True)
+    with pytest.raises(UnknownVersion, match="not a draft version"):
+        registry.point_to("../v1", target_revision=REV, now=NOW, reason="", action="promote", manual=True)
+    with pytest.raises(IncompatibleDraft, match="target_revision"):
+        registry.point_to("v2", target_revision="other-revision", now=NOW, reason="", action="rollback")
+    assert registry.promoted()[0] == pointer  # refusals leave the pointer, the drafts and the history alone
+    assert all_keys(registry, "drafts") == drafts
+    assert len(registry.history()) == 4
+    assert not registry.history()[0].manual  # the loop's own promotions
+
+
+def test_no_previous_version_before_a_second_promotion(registry: DraftRegistry) -> None:
+    assert registry.previous_version() is None
+    put_candidate(registry, "r1")
+    registry.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW)
+    assert registry.previous_version() is None  # v1 replaced the launch draft, which the pointer cannot name
 
 
 def capture(name: str, age_min: float, size: int = 1000, samples: int = 100) -> CaptureObject:
