@@ -22,6 +22,14 @@ from tide_operator.control import actions as act
 from tide_operator.control.cost_model import expected_acceptance_length, practical_speedup, tokens_for_batch_size
 from tide_operator.control.lifecycle import LifecycleState, refuse_candidate
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
+from tide_operator.control.manual import (
+    REQUEST_REFUSED,
+    ManualRequest,
+    Refusal,
+    abort_request,
+    after_flip,
+    flip_request,
+)
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState, decide
 from tide_operator.pod_convergence import CanaryPods, CanarySpeculation
 from tide_operator.serving_status import EventNote, StatusDraft
@@ -62,6 +70,7 @@ class Effects(Protocol):
     def roll_back(self, action: act.RollBack) -> None: ...
     def serve_draft(self, action: act.ServeDraft) -> None: ...
     def invalidate(self, action: act.InvalidateArtifacts) -> None: ...
+    def flip_pointer(self, action: act.FlipPointer) -> tuple[str | None, str]: ...  # the version before, after
     def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None,
                  canary: CanarySpeculation | None = None) -> list[str]: ...
     def converge_drafts(self, canary: CanaryPods | None) -> list[str]: ...  # the pods swapped, described
@@ -87,9 +96,21 @@ class SensorReading:
 
 
 def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReading, effects: Effects,
-                 now: float) -> PolicyState:
-    """Run the policy once; update ``draft`` (speculation, decision, conditions, phase); return the state kept."""
+                 now: float, manual: ManualRequest | None = None) -> PolicyState:
+    """Run the policy once; update ``draft`` (speculation, decision, conditions, phase); return the state kept.
+
+    A user's requests (``manual``, control/manual.py) are carried out first, whatever Prometheus says,
+    and the policy then decides from where they left the deployment.
+    """
     state = PolicyState.from_dict(draft.status.control_state) if draft.status.control_state else PolicyState()
+    if manual is not None and manual.keys:
+        handled = _manual(draft, manual, state, params, effects, now)
+        if handled is None:
+            return state  # an effect failed: the request stays for the next pass
+        state, served = handled
+        draft.update(control_state=state.to_dict())
+        if served is not None and reading.observation is not None:
+            reading = replace(reading, observation=replace(reading.observation, promoted_version=served))
     if reading.observation is None:
         # Decisions hold: nothing is switched on missing data, and status says why.
         draft.condition(ConditionType.DEGRADED, True, reading.error_reason, reading.error or "no observation",
@@ -120,6 +141,55 @@ def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReadin
     _training_ended(draft, state, new_state)
     _converge(draft, effects, actions, new_state, params)
     return new_state
+
+
+def _manual(draft: StatusDraft, request: ManualRequest, state: PolicyState, params: PolicyParams,
+            effects: Effects, now: float) -> tuple[PolicyState, str | None] | None:
+    """Abort, then promote or roll back by hand; the state after them and the version now served (None:
+    the pointer did not move). None when an effect failed: nothing is consumed, the pass retries."""
+    aborted = abort_request(request, state.lifecycle, now)
+    if isinstance(aborted, Refusal):
+        _refused(draft, aborted)
+    elif aborted is not None:
+        failed = _carry_out(list(aborted.actions), effects, [])
+        if failed is not None:
+            draft.condition(ConditionType.DEGRADED, True, failed[1].reason, f"aborting the canary: {failed[1]}",
+                            warn=True)
+            return None
+        state = replace(state, lifecycle=aborted.state, lifecycle_reason=aborted.reason,
+                        lifecycle_message=aborted.message)
+        draft.update(canary=None)
+        _decided(draft, aborted.actions[-1], "Warning")
+    flip = flip_request(request, state, params)
+    served = None
+    if isinstance(flip, Refusal):
+        _refused(draft, flip)
+    elif flip is not None:
+        try:
+            before, served = effects.flip_pointer(flip)
+        except DraftRefused as e:  # an unknown version, another target revision: asking again cannot help
+            _refused(draft, Refusal(flip.annotation, str(e)))
+        except EffectError as e:
+            draft.condition(ConditionType.DEGRADED, True, e.reason, f"{flip.reason}: {e}", warn=True)
+            return None
+        else:
+            if before != served:
+                state = after_flip(state, params, now)
+            _decided(draft, replace(flip, message=f"{before or 'initial'} -> {served}: {flip.message}"), "Normal")
+    draft.consumed_requests.extend(request.keys)
+    return state, served
+
+
+def _refused(draft: StatusDraft, refusal: Refusal) -> None:
+    draft.events.append(EventNote("Warning", REQUEST_REFUSED, f"{refusal.annotation}: {refusal.message}",
+                                  action="ManualRequest"))
+
+
+def _decided(draft: StatusDraft, action: act.Action | act.FlipPointer, kind: str) -> None:
+    name = type(action).__name__
+    draft.update(last_decision=Decision(time=rfc3339(draft.now), action=name, reason=action.reason,
+                                        message=action.message))
+    draft.events.append(EventNote(kind, action.reason, f"{name}: {action.message}", action=name))
 
 
 # How a trainer Job's end moves the lifecycle out of Training. "Not better" (exit 7) is the trainer

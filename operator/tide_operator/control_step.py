@@ -22,6 +22,7 @@ from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.units import duration_seconds
 from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig
+from tide_operator.control.manual import ManualRequest
 from tide_operator.control.placement import Placement
 from tide_operator.control.policy import PolicyState
 from tide_operator.control.spec_params import fleet_max_batch_size, policy_params
@@ -52,10 +53,13 @@ def due(namespace: str, name: str, spec: TideDeploymentSpec, now_s: float) -> bo
 
 def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement, draft: StatusDraft,
                 cluster: Cluster, config: OperatorConfig, adopt: Any, adapters: PrometheusAdapters,
-                profile_points: ProfilePoints | None = None) -> None:
-    """``profile_points``: the cost profile read from spec.control.costProfile.configMapRef, if any."""
+                profile_points: ProfilePoints | None = None, manual: ManualRequest | None = None) -> None:
+    """``profile_points``: the cost profile read from spec.control.costProfile.configMapRef, if any.
+
+    ``manual``: a user's requests (control/manual.py); a pass runs at once for them, due or not.
+    """
     now_s = time.time()
-    if not due(namespace, name, spec, now_s):
+    if not due(namespace, name, spec, now_s) and not (manual is not None and manual.keys):
         return
     _LAST_RUN[(namespace, name)] = now_s
     stored = draft.status.control_state
@@ -69,7 +73,7 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     params = policy_params(spec, profile_points, max_batch_size=max_batch_size,
                            observation_window_s=config.prometheus_window_seconds,
                            deployment_uid=next(iter(owner_uids(adopt({"metadata": {}}))), ""))
-    control_pass(draft, params, reading, effects, now_s)
+    control_pass(draft, params, reading, effects, now_s, manual)
 
 
 def _with_fleet(reading: SensorReading, fleet: Fleet, state: PolicyState) -> tuple[SensorReading, int]:

@@ -19,7 +19,14 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from kubernetes.client.rest import ApiException
 
-from tide_contracts.registry import ChecksumMismatch, DraftRegistry, IncompatibleDraft, PromotedPointer, RegistryError
+from tide_contracts.registry import (
+    ChecksumMismatch,
+    DraftRegistry,
+    IncompatibleDraft,
+    PromotedPointer,
+    RegistryError,
+    UnknownVersion,
+)
 from tide_contracts.serving_control import ServingStatus
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.conditions import Reason
@@ -220,6 +227,32 @@ class ClusterEffects:
             self.fleet.set_speculation(False)
             return
         self._serve(action.version, None)
+
+    def flip_pointer(self, action: act.FlipPointer) -> tuple[str | None, str]:
+        """The pointer to an already promoted version (a user's promote or rollback), then every pod.
+
+        Idempotent: a retry after the flip (a pod was away) finds the pointer there and only serves it.
+        """
+        try:
+            pointer = self._current_pointer()
+            version = action.version or self.registry.previous_version()
+            if version is None:
+                raise DraftRefused(Reason.UNKNOWN_VERSION,
+                                   "the registry's history names no version served before the current one")
+            flipped = pointer if pointer is not None and pointer.version == version else self.registry.point_to(
+                version, target_revision=self.spec.target.revision, now=datetime.now(UTC), reason=action.message,
+                action="rollback" if action.rollback else "promote", manual=True)
+        except UnknownVersion as e:
+            raise DraftRefused(Reason.UNKNOWN_VERSION, str(e)) from e
+        except IncompatibleDraft as e:
+            raise DraftRefused(Reason.INCOMPATIBLE_DRAFT, str(e)) from e
+        except STORAGE_ERRORS as e:
+            raise EffectError(f"flip the pointer to {action.version or 'the previous version'}: {e}") from e
+        try:
+            self._serve(flipped.version, None, flipped.manifest_sha256)
+        except DraftRefused as e:  # the pointer moved: retry the load, as after a promotion
+            raise EffectError(str(e)) from e
+        return (pointer.version if pointer else None), flipped.version
 
     def invalidate(self, action: act.InvalidateArtifacts) -> None:
         # Captures and candidates of another target revision are ignored by every reader (the

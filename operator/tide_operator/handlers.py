@@ -22,6 +22,7 @@ from tide_operator.artifacts import ArtifactsRefused, ArtifactsUnreachable, dele
 from tide_operator.capture_retention import stop_capture_writers
 from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig, load_operator_config
+from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION
 from tide_operator.manifests.control_token import ROTATE_ANNOTATION
 from tide_operator.prometheus_adapter import AdapterConfig, PrometheusAdapters
 from tide_operator.reconcile import reconcile
@@ -73,6 +74,13 @@ def adopt(body: kopf.Body) -> Any:
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile-on-spec-change")
 @kopf.on.update(GROUP, VERSION, PLURAL, field=("metadata", "annotations", ROTATE_ANNOTATION),
                 id="reconcile-on-token-rotation")
+# tide abort|promote|rollback: a pass at once; it consumes the request and the annotation goes.
+@kopf.on.update(GROUP, VERSION, PLURAL, field=("metadata", "annotations", ABORT_ANNOTATION), new=kopf.PRESENT,
+                id="reconcile-on-abort-request")
+@kopf.on.update(GROUP, VERSION, PLURAL, field=("metadata", "annotations", PROMOTE_ANNOTATION), new=kopf.PRESENT,
+                id="reconcile-on-promote-request")
+@kopf.on.update(GROUP, VERSION, PLURAL, field=("metadata", "annotations", ROLLBACK_ANNOTATION), new=kopf.PRESENT,
+                id="reconcile-on-rollback-request")
 # backoff: a pass that raised (the apiserver away for a moment) is retried at the resync cadence, not after
 # Kopf's default 60 s, which let an outage of seconds cost a canary its measurements.
 @kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.resync_interval_seconds, backoff=CONFIG.resync_interval_seconds,
@@ -81,6 +89,8 @@ def reconcile_tide_deployment(body: kopf.Body, patch: kopf.Patch, **_: Any) -> N
     with metrics.reconcile_timer():
         result = reconcile(dict(body), Cluster(), CONFIG, adopt(body), PROMETHEUS)
     write_status(patch, body.get("status") or {}, result.status)
+    for key in result.consumed:  # merge patch: null removes the annotation
+        patch.metadata.annotations[key] = None
     namespace, name = body.metadata.namespace or "", body.metadata.name or ""
     metrics.observe_status(namespace, name, result.status)
     for note in result.events:

@@ -22,6 +22,7 @@ from tide_operator.cluster import Applied, Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control.actions import Bands
 from tide_operator.control.lifecycle import run_id_for
+from tide_operator.control.manual import manual_request
 from tide_operator.control.placement import Placement, PoolRequest, choose_pools
 from tide_operator.control.pod_policy import pod_policy_violations
 from tide_operator.control.policy import PolicyState
@@ -61,6 +62,7 @@ class PassResult:
     status: dict[str, Any]
     events: tuple[EventNote, ...]
     applied: tuple[Applied, ...] = ()
+    consumed: tuple[str, ...] = ()  # one-shot request annotations this pass acted on: the handler removes them
 
 
 def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, adopt: Any,
@@ -100,7 +102,7 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
                                       selector=labels.serving_selector(name)))
     if adapters is not None and draft.status.phase is Phase.SERVING and not bootstrap_pending(draft.status):
         run_control(name, namespace, spec, placement, draft, cluster, config, adopt, adapters,
-                    profile_points=profile_points)
+                    profile_points=profile_points, manual=manual_request(meta.get("annotations")))
     return _result(draft, applied)
 
 
@@ -234,4 +236,4 @@ def _children(name: str, namespace: str, spec: TideDeploymentSpec, placement: Pl
 
 def _result(draft: StatusDraft, applied: tuple[Applied, ...] = ()) -> PassResult:
     return PassResult(draft.status.model_dump(by_alias=True, exclude_none=True, mode="json"),
-                      tuple(draft.events), applied)
+                      tuple(draft.events), applied, tuple(draft.consumed_requests))

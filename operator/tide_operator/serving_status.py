@@ -52,6 +52,7 @@ class StatusDraft:
     generation: int
     now: datetime
     events: list[EventNote] = field(default_factory=list)
+    consumed_requests: list[str] = field(default_factory=list)  # one-shot annotations to remove (control/manual.py)
 
     def condition(self, type_: str, ok: bool | None, reason: str, message: str, warn: bool = False) -> None:
         status = ConditionStatus.UNKNOWN if ok is None else ConditionStatus.TRUE if ok else ConditionStatus.FALSE

@@ -53,17 +53,18 @@ def upload(s3: Any, bucket: str, prefix: str, files: list[Path]) -> None:
         s3.put_object(Bucket=bucket, Key=f"{prefix}/{f.name}", Body=f.read_bytes())
 
 
-def promote_seed(s3: Any, bucket: str, prefix: str, files: list[Path]) -> None:
-    """A promoted v1 in the registry before the deployment starts (the operator's own registry code)."""
-    upload(s3, bucket, f"{prefix}/candidates/seed", files)
-    manifest = Manifest(kind="candidate", run_id="seed", created_at=datetime.now(UTC).isoformat(),
+def promote_seed(s3: Any, bucket: str, prefix: str, files: list[Path], run: str = "seed") -> None:
+    """A promoted draft (v1, then v2, ...) in the registry before the deployment starts (the operator's own
+    registry code)."""
+    upload(s3, bucket, f"{prefix}/candidates/{run}", files)
+    manifest = Manifest(kind="candidate", run_id=run, created_at=datetime.now(UTC).isoformat(),
                         target_revision=REVISION, eval={"candidate_acceptance_length": 2.0},
                         files={f.name: FileEntry(sha256=hashlib.sha256(f.read_bytes()).hexdigest(),
                                                  bytes=f.stat().st_size) for f in files})
-    s3.put_object(Bucket=bucket, Key=f"{prefix}/candidates/seed/manifest.json",
+    s3.put_object(Bucket=bucket, Key=f"{prefix}/candidates/{run}/manifest.json",
                   Body=manifest.model_dump_json().encode())
-    DraftRegistry(s3, bucket, prefix).promote("seed", target_revision=REVISION, tokenizer_hash=None,
-                                               now=datetime.now(UTC), reason="seed")
+    DraftRegistry(s3, bucket, prefix).promote(run, target_revision=REVISION, tokenizer_hash=None,
+                                               now=datetime.now(UTC), reason=run)
 
 
 def spec(bucket: str, endpoint: str, control: dict[str, Any] | None = None) -> dict[str, Any]:

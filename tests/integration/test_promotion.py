@@ -20,6 +20,8 @@ trainer is the one the shift starts (TIDE starts collecting at once otherwise).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -233,3 +235,71 @@ def test_candidate_worse_on_live_traffic_is_rolled_back(kube, namespace, operato
                        "the DraftsConverged Event", timeout_s=30)
     assert "v2" in pod_drafts(kube, namespace).values()
     assert any(f"{pod}: draft v1 -> v2" in swapped for pod in pod_drafts(kube, namespace)), swapped
+
+
+def tide(plane, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The `tide` CLI as a user runs it, against the plane."""
+    return subprocess.run([sys.executable, "-m", "tide_operator.cli", "--kubeconfig", plane.kubeconfig,
+                           "-n", namespace, *args], check=False, capture_output=True, text=True, timeout=120)
+
+
+def test_promote_rollback_and_abort_by_hand(kube, namespace, operator, plane, s3, s3_endpoint, scenario_file,
+                                            tmp_path):
+    """`tide rollback|promote|abort` (issue 19): one-shot annotations the operator consumes and clears."""
+    bucket, prefix = "tide-by-hand", registry_prefix(namespace)
+    scenario_file.write_text(yaml.safe_dump(scenario("general", {"v1": {"general": GOOD}, "v2": {"general": 0.7}})))
+    s3.create_bucket(Bucket=bucket)
+    seed = seed_draft_files(tmp_path / "seed")
+    upload(s3, bucket, "seed-draft", seed)
+    promote_seed(s3, bucket, prefix, seed, run="seed")
+    promote_seed(s3, bucket, prefix, seed, run="seed2")  # v2 serves, v1 before it
+    create(kube, namespace, spec(bucket, s3_endpoint))
+    wait_for(lambda: list(pod_drafts(kube, namespace).values()) == ["v2", "v2"], "both pods on v2", timeout_s=60)
+    wait_for(lambda: (status(kube, namespace).get("draft") or {}).get("current") == "v2", "status names v2",
+             timeout_s=30)
+
+    back = tide(plane, namespace, "rollback", "chat", "--wait", "60s")
+    assert back.returncode == 0, back.stderr
+    assert "rollback from v2 requested (tide.dev/rollback=" in back.stdout
+    assert "ManualRollback: FlipPointer: v2 -> v1: rolled back by hand" in back.stdout  # the operator's Event
+    assert list(pod_drafts(kube, namespace).values()) == ["v1", "v1"]  # every pod swapped in the same pass
+    annotations = client.CustomObjectsApi(kube).get_namespaced_custom_object(
+        "tide.dev", "v1alpha1", namespace, "tidedeployments", "chat")["metadata"].get("annotations") or {}
+    assert "tide.dev/rollback" not in annotations  # consumed: it cannot fire again later
+
+    forward = tide(plane, namespace, "promote", "chat", "v2", "--wait", "60s")
+    assert forward.returncode == 0, forward.stderr
+    assert "FlipPointer: v1 -> v2: v2 promoted by hand" in forward.stdout
+    assert list(pod_drafts(kube, namespace).values()) == ["v2", "v2"]
+    entries = history(s3, bucket, prefix)
+    assert [(e["action"], e["version"], e["previous"], e.get("manual", False)) for e in entries] == [
+        ("promote", "v1", None, False), ("promote", "v2", "v1", False),
+        ("rollback", "v1", "v2", True), ("promote", "v2", "v1", True)]
+
+    # The CLI refuses what does not apply; the operator checks again when the annotation is set directly.
+    nothing = tide(plane, namespace, "abort", "chat")
+    assert (nothing.returncode, nothing.stderr.count("\n")) == (1, 1), nothing.stderr
+    assert "no canary runs" in nothing.stderr
+    unknown = tide(plane, namespace, "promote", "chat", "v9", "--wait", "60s")
+    assert unknown.returncode == 1, unknown.stdout
+    assert "Warning RequestRefused: tide.dev/promote: v9 was never promoted" in unknown.stdout
+    patch_spec(kube, namespace, {"control": {"draftPin": "v2"}})
+    pinned = tide(plane, namespace, "rollback", "chat")
+    assert pinned.returncode == 1
+    assert "spec.control.draftPin=v2 holds the draft" in pinned.stderr
+    client.CustomObjectsApi(kube).patch_namespaced_custom_object(
+        "tide.dev", "v1alpha1", namespace, "tidedeployments", "chat",
+        {"metadata": {"annotations": {"tide.dev/promote": "v1", "tide.dev/abort-canary": "now"}}})
+    def both_refused() -> list[str] | None:
+        found = [m for m in events(kube, namespace, reason="RequestRefused")
+                 if "draftPin=v2" in m or "nothing to abort" in m]
+        return found if len(found) == 2 else None
+
+    refused = wait_for(both_refused, "both requests refused by the operator", timeout_s=30)
+    assert any(m.startswith("tide.dev/promote: spec.control.draftPin=v2 holds the draft") for m in refused), refused
+    wait_for(lambda: not {"tide.dev/promote", "tide.dev/abort-canary"} & set(
+        client.CustomObjectsApi(kube).get_namespaced_custom_object(
+            "tide.dev", "v1alpha1", namespace, "tidedeployments", "chat")["metadata"].get("annotations") or {}),
+        "the refused requests removed", timeout_s=20)
+    assert list(pod_drafts(kube, namespace).values()) == ["v2", "v2"]
+    assert len(history(s3, bucket, prefix)) == 4

@@ -74,6 +74,7 @@ class Reason:
     CHILD_CONFLICT = "ChildConflict"  # an object named like a child lacks our owner UID: left untouched
     CHECKSUM_MISMATCH = "ChecksumMismatch"
     INCOMPATIBLE_DRAFT = "IncompatibleDraft"
+    UNKNOWN_VERSION = "UnknownVersion"  # a promote or rollback by hand names no promoted draft
     MANIFEST_INVALID = "ManifestInvalid"
     AS_EXPECTED = "AsExpected"
 

@@ -1,13 +1,13 @@
 """`tide` (or `python -m tide_operator.cli`, or `kubectl tide`): look at TideDeployments and act on them.
 
 Exit codes: 0 done; 1 the request failed or was refused (not found, forbidden, rejected by the schema,
-a verb that does not apply); 2 a usage error; 3 no cluster configuration, or the API server unreachable.
+a verb that does not apply, refused by the operator or not acted on within --wait); 2 a usage error;
+3 no cluster configuration, or the API server unreachable.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
@@ -94,16 +94,23 @@ VERBS = {
     "resume": "act on it again (spec.control.paused=false)",
     "pin": "serve VERSION and nothing else until unpinned (spec.control.draftPin)",
     "unpin": "let the loop choose the draft again (removes spec.control.draftPin)",
+    "abort": "roll the running canary back (the pointer never moved)",
+    "promote": "serve VERSION, a draft promoted before (a pointer flip, recorded as manual)",
+    "rollback": "back to the version served before the current one (a pointer flip, recorded as manual)",
     "rotate-token": "rotate the pods' control token (the old one is accepted for a grace period)",
 }
+REQUESTS = ("abort", "promote", "rollback")  # one-shot annotations the operator consumes (control/manual.py)
 
 
 def _add_verbs(commands: Any, common: argparse.ArgumentParser) -> None:
     for verb, text in VERBS.items():
         command = commands.add_parser(verb, parents=[common], help=text)
         command.add_argument("name")
-        if verb == "pin":
+        if verb in ("pin", "promote"):
             command.add_argument("version", help="a promoted draft version, e.g. v3")
+        if verb in REQUESTS:
+            command.add_argument("--wait", type=duration_s, default=0, metavar="DURATION",
+                                 help="wait up to DURATION (e.g. 60s) for the operator to act, and print what it did")
 
 
 def run_status(args: argparse.Namespace, api: object, namespace: str) -> int:
@@ -121,7 +128,7 @@ def run_status(args: argparse.Namespace, api: object, namespace: str) -> int:
 
 
 def run_history(args: argparse.Namespace, api: object, namespace: str) -> int:
-    from tide_operator.cli.history import lineage, registry_for, render_history, s3_client
+    from tide_operator.cli.history import as_document, lineage, registry_for, render_history, s3_client
     from tide_operator.cli.kube import read_secret, read_tide_deployment
 
     obj = read_tide_deployment(api, namespace, args.name)
@@ -131,12 +138,9 @@ def run_history(args: argparse.Namespace, api: object, namespace: str) -> int:
     credentials = read_secret(api, namespace, secret) if args.credentials_from_secret and secret else None
     rows, events = lineage(registry_for(obj, s3_client(obj, credentials, args.s3_endpoint)))
     if args.output != "text":
-        from dataclasses import asdict
-
         from tide_operator.cli.listing import render_document
 
-        doc = {"drafts": [asdict(r) for r in rows], "history": [asdict(e) for e in events]}
-        sys.stdout.write(render_document(json.loads(json.dumps(doc)), args.output))
+        sys.stdout.write(render_document(as_document(rows, events), args.output))
         return 0
     sys.stdout.write(render_history(rows, events, f"{namespace}/{args.name}"))
     return 0
@@ -168,20 +172,52 @@ def run_get(args: argparse.Namespace, api: object, namespace: str) -> int:
 
 
 def run_verb(args: argparse.Namespace, api: object, namespace: str) -> int:
+    from datetime import UTC, datetime
+
     from tide_operator.cli import verbs
     from tide_operator.cli.kube import patch_tide_deployment, read_tide_deployment
 
     obj = read_tide_deployment(api, namespace, args.name)
-    if args.command == "pin":
-        edit = verbs.pin(obj, args.version)
+    asked = datetime.now(UTC).replace(microsecond=0)
+    request = asked.strftime("%Y-%m-%dT%H:%M:%SZ")  # a new value each time: one request per call
+    if args.command in ("pin", "promote"):
+        edit = {"pin": verbs.pin, "promote": verbs.promote}[args.command](obj, args.version)
     elif args.command == "rotate-token":
         edit = verbs.rotate_token(obj, str(int(time.time())))
+    elif args.command in ("abort", "rollback"):
+        edit = {"abort": verbs.abort, "rollback": verbs.rollback}[args.command](obj, request)
     else:
         edit = {"pause": verbs.pause, "resume": verbs.resume, "unpin": verbs.unpin}[args.command](obj)
     if edit.patch is not None:
         patch_tide_deployment(api, namespace, args.name, edit.patch)
     sys.stdout.write(edit.summary + "\n")
-    return 0
+    if edit.patch is None or not getattr(args, "wait", 0):
+        return 0
+    return _wait_for_operator(api, namespace, args.name, edit.patch, request, args.wait)
+
+
+def _wait_for_operator(api: object, namespace: str, name: str, patch: dict[str, Any], asked: str,
+                       timeout_s: int) -> int:
+    """Until the operator consumed the request (its annotation gone); its Events about it, printed."""
+    from tide_operator.cli.kube import read_tide_deployment, tide_events
+
+    annotation = next(iter(patch["metadata"]["annotations"]))
+    deadline = time.monotonic() + timeout_s
+    while annotation in (read_tide_deployment(api, namespace, name)["metadata"].get("annotations") or {}):
+        if time.monotonic() > deadline:
+            sys.stderr.write(f"tide: the operator has not acted on {annotation} after {timeout_s}s "
+                             "(is it running? `tide status` shows why it waits)\n")
+            return 1
+        time.sleep(1)
+    notes: list[Any] = []
+    for _ in range(10):  # the operator posts its Events asynchronously: they may trail the annotation's removal
+        notes = [e for e in tide_events(api, namespace, name) if annotation in e.message and (e.time or "") >= asked]
+        if notes:
+            break
+        time.sleep(0.5)
+    for note in notes:
+        sys.stdout.write(f"{note.type} {note.reason}: {note.message}\n")
+    return 1 if any(note.reason == "RequestRefused" for note in notes) else 0
 
 
 def run_plot(args: argparse.Namespace, api: object, namespace: str) -> int:

@@ -7,7 +7,8 @@ those in the Secret the TideDeployment names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from tide_contracts.registry import DraftRegistry, HistoryEntry, RegistryError
@@ -51,6 +52,12 @@ def lineage(registry: DraftRegistry) -> tuple[list[Lineage], list[HistoryEntry]]
     return rows, registry.history()
 
 
+def as_document(rows: list[Lineage], events: list[HistoryEntry]) -> dict[str, Any]:
+    """`tide history -o json|yaml`: the lineage rows and the registry's history entries, as JSON types."""
+    doc = {"drafts": [asdict(r) for r in rows], "history": [e.model_dump(mode="json") for e in events]}
+    return dict(json.loads(json.dumps(doc)))
+
+
 def _cell(value: object) -> str:
     if value is None:
         return "-"
@@ -75,7 +82,8 @@ def render_history(rows: list[Lineage], events: list[HistoryEntry], title: str) 
     if events:
         lines.append("Registry history:")
         lines += table([["AT", "ACTION", "VERSION", "PREVIOUS", "RUN", "REASON"],
-                        *[[e.at, e.action, _cell(e.version), _cell(e.previous), _cell(e.run_id), e.reason or "-"]
+                        *[[e.at, e.action + (" (by hand)" if e.manual else ""), _cell(e.version),
+                           _cell(e.previous), _cell(e.run_id), e.reason or "-"]
                           for e in events]])
     return "\n".join(lines) + "\n"
 

@@ -1,9 +1,12 @@
-"""`tide pause|resume|pin|unpin|rotate-token`: the edits a user would make with `kubectl patch`, named.
+"""`tide pause|resume|pin|unpin|abort|promote|rollback|rotate-token`: the edits a user would make with
+`kubectl patch`, named.
 
 Each verb is a pure function of the live object: the merge patch to send (None when the object is
 already as asked) and one line that says what changes, so the CLI prints exactly what it did. Pause,
 resume, pin and unpin act through the spec (Argo CD and `kubectl diff` see them); rotate-token sets
-the one-shot annotation the operator serves once per value (manifests/control_token.py).
+the one-shot annotation the operator serves once per value (manifests/control_token.py); abort,
+promote and rollback set one-shot requests the operator's next pass consumes (control/manual.py).
+The checks here are the operator's own, made early for a clear message; the operator checks again.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION
 from tide_operator.manifests.control_token import ROTATE_ANNOTATION
 
 VERSION_PATTERN = re.compile(r"^v[1-9][0-9]{0,8}$")  # api/spec_control.py: spec.control.draftPin
@@ -78,3 +82,53 @@ def rotate_token(obj: dict[str, Any], request: str) -> Edit:
     patch = {"metadata": {"annotations": {ROTATE_ANNOTATION: request}}}
     return Edit(patch, f"{_name(obj)}: control token rotation requested ({ROTATE_ANNOTATION}={request}); "
                        "the old token is accepted for the grace period")
+
+
+def abort(obj: dict[str, Any], request: str) -> Edit:
+    """The running canary rolled back at the operator's next pass (the pointer never moved)."""
+    canary = _status(obj).get("canary") or {}
+    if not canary.get("candidate"):
+        raise VerbRefused(f"{_name(obj)}: no canary runs (phase {_status(obj).get('phase', 'unknown')}); "
+                          "nothing to abort")
+    return _request(obj, ABORT_ANNOTATION, request, f"abort of the canary of {canary['candidate']} requested")
+
+
+def promote(obj: dict[str, Any], version: str) -> Edit:
+    """Serve an already promoted version: a pointer flip, recorded as manual in the history."""
+    if not VERSION_PATTERN.match(version):
+        raise VerbRefused(f"version {version!r} is not a draft version like v3 ({PROMOTE_ANNOTATION})")
+    _flip_allowed(obj)
+    current = _served(obj)
+    if current == version:
+        return Edit(None, f"{_name(obj)}: already serves {version}; nothing changed")
+    return _request(obj, PROMOTE_ANNOTATION, version, f"promotion of {version} requested (serving {current})")
+
+
+def rollback(obj: dict[str, Any], request: str) -> Edit:
+    """Back to the version served before the current one (the registry's history names it)."""
+    _flip_allowed(obj)
+    return _request(obj, ROLLBACK_ANNOTATION, request, f"rollback from {_served(obj)} requested")
+
+
+def _flip_allowed(obj: dict[str, Any]) -> None:
+    pin = _control(obj).get("draftPin")
+    if pin:
+        raise VerbRefused(f"{_name(obj)}: spec.control.draftPin={pin} holds the draft; unpin it first "
+                          "(tide unpin), or pin another version")
+    canary = _status(obj).get("canary") or {}
+    if canary.get("candidate"):
+        raise VerbRefused(f"{_name(obj)}: a canary of {canary['candidate']} runs; abort it first (tide abort) "
+                          "or wait for its verdict")
+
+
+def _request(obj: dict[str, Any], annotation: str, value: str, what: str) -> Edit:
+    patch = {"metadata": {"annotations": {annotation: value}}}
+    return Edit(patch, f"{_name(obj)}: {what} ({annotation}={value}); the operator acts on its next pass")
+
+
+def _status(obj: dict[str, Any]) -> dict[str, Any]:
+    return dict(obj.get("status") or {})
+
+
+def _served(obj: dict[str, Any]) -> str:
+    return str((_status(obj).get("draft") or {}).get("current") or "initial")

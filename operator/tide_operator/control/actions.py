@@ -97,6 +97,21 @@ class InvalidateArtifacts:
     message: str
 
 
+@dataclass(frozen=True)
+class FlipPointer:
+    """Point the registry at an already promoted version and serve it everywhere: a user's request
+    (control/manual.py), never the policy's, so it is not one of ``Action``.
+
+    ``version`` None: the version served before the current one (a rollback).
+    """
+
+    version: str | None
+    rollback: bool
+    reason: str
+    message: str
+    annotation: str = ""  # the request it answers
+
+
 Action = (
     SetSpeculation
     | SetCapture

@@ -1,4 +1,4 @@
-"""`tide pause|resume|pin|unpin|rotate-token`: the patch each sends and the line it prints."""
+"""`tide pause|resume|pin|unpin|abort|promote|rollback|rotate-token`: the patch each sends and the line it prints."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 from cli_fakes import tide_deployment
 
 from tide_operator.cli import verbs
+from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION
 from tide_operator.manifests.control_token import ROTATE_ANNOTATION
 
 
@@ -62,7 +63,52 @@ def test_completion_scripts_name_every_command() -> None:
 
     script = completion_script("bash")
     for command in ("status", "get", "history", "plot", "calibrate", "pause", "resume", "pin", "unpin",
-                    "rotate-token", "completion"):
+                    "abort", "promote", "rollback", "rotate-token", "completion"):
         assert command in script
     assert "--all-namespaces" in script
     assert "compdef" in completion_script("zsh")
+
+
+def in_canary() -> dict:
+    obj = tide_deployment()
+    obj["status"]["phase"] = "Canary"
+    obj["status"]["canary"] = {"candidate": "r7", "pods": ["chat-vllm-1"]}
+    return obj
+
+
+def test_abort_asks_the_operator_to_roll_the_running_canary_back() -> None:
+    edit = verbs.abort(in_canary(), "2026-12-05T08:00:00Z")
+    assert edit.patch == {"metadata": {"annotations": {ABORT_ANNOTATION: "2026-12-05T08:00:00Z"}}}
+    assert edit.summary == ("tidedeployment llm/chat: abort of the canary of r7 requested "
+                            f"({ABORT_ANNOTATION}=2026-12-05T08:00:00Z); the operator acts on its next pass")
+    with pytest.raises(verbs.VerbRefused, match=r"no canary runs \(phase Training\); nothing to abort"):
+        verbs.abort(tide_deployment(), "now")
+
+
+def test_promote_and_rollback_request_a_pointer_flip() -> None:
+    edit = verbs.promote(tide_deployment(), "v2")
+    assert edit.patch == {"metadata": {"annotations": {PROMOTE_ANNOTATION: "v2"}}}
+    assert "promotion of v2 requested (serving v3)" in edit.summary
+    assert verbs.promote(tide_deployment(), "v3").summary.endswith("already serves v3; nothing changed")
+    back = verbs.rollback(tide_deployment(), "2026-12-05T08:00:00Z")
+    assert back.patch == {"metadata": {"annotations": {ROLLBACK_ANNOTATION: "2026-12-05T08:00:00Z"}}}
+    assert "rollback from v3 requested" in back.summary
+
+
+@pytest.mark.parametrize("verb", ["promote", "rollback"])
+def test_promote_and_rollback_are_refused_while_pinned_or_during_a_canary(verb: str) -> None:
+    def ask(obj: dict) -> verbs.Edit:
+        return verbs.promote(obj, "v2") if verb == "promote" else verbs.rollback(obj, "now")
+
+    pinned = tide_deployment()
+    pinned["spec"] = {"control": {"draftPin": "v3"}}
+    with pytest.raises(verbs.VerbRefused, match=r"spec\.control\.draftPin=v3 holds the draft; unpin it first"):
+        ask(pinned)
+    with pytest.raises(verbs.VerbRefused, match="a canary of r7 runs; abort it first"):
+        ask(in_canary())
+
+
+@pytest.mark.parametrize("version", ["3", "v0", "latest", ""])
+def test_promote_refuses_what_is_not_a_version_and_names_the_annotation(version: str) -> None:
+    with pytest.raises(verbs.VerbRefused, match=PROMOTE_ANNOTATION):
+        verbs.promote(tide_deployment(), version)
