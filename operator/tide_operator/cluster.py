@@ -24,6 +24,7 @@ from tide_operator.manifests.field_manager import (
     with_applied_hash,
 )
 from tide_operator.manifests.ownership import ChildConflict, conflict, owner_uids
+from tide_operator.process_identity import USER_AGENT
 
 log = logging.getLogger(__name__)
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
@@ -45,7 +46,10 @@ class Applied:
 
 class Cluster:
     def __init__(self, api: client.ApiClient | None = None) -> None:
-        self.api = api or client.ApiClient()
+        if api is None:
+            api = client.ApiClient()
+            api.user_agent = USER_AGENT  # the audit log tells the replicas apart (process_identity.py)
+        self.api = api
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)

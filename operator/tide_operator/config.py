@@ -175,6 +175,33 @@ class PrometheusConfig(_ConfigModel):
         return self
 
 
+class LeaderElectionConfig(_ConfigModel):
+    """One active operator among replicas, through a coordination.k8s.io/v1 Lease (docs/operating.md).
+
+    client-go's defaults and rules: the leader renews every retry period and exits when it could not
+    renew for the renew deadline; a follower takes over a lease nobody renewed for its duration.
+    """
+
+    enabled: bool = True
+    """Off only for a single local process (``--no-leader-election`` does the same)."""
+    lease_name: str = Field(default="tide-operator", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)
+    """The chart sets its full name, so two releases in one namespace hold two leases."""
+    lease_namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    """Default: the operator pod's namespace (POD_NAMESPACE, from the downward API)."""
+    lease_duration_seconds: int = Field(default=15, ge=2, le=3600)
+    """How long a follower waits after the last renewal it saw: the most a failover costs."""
+    renew_deadline_seconds: float = Field(default=10.0, gt=0, le=3600)
+    """The leader exits (and restarts as a follower) when it could not renew for this long."""
+    retry_period_seconds: float = Field(default=2.0, gt=0, le=600)
+    """Between attempts: the leader's renewals and a follower's looks at the lease."""
+
+    @model_validator(mode="after")
+    def _nested(self) -> LeaderElectionConfig:
+        if not self.retry_period_seconds < self.renew_deadline_seconds < self.lease_duration_seconds:
+            raise ValueError("retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds, as client-go requires")
+        return self
+
+
 class OperatorConfig(_ConfigModel):
     serving: ServingConfig = Field(default_factory=ServingConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
@@ -196,6 +223,7 @@ class OperatorConfig(_ConfigModel):
     Warning Event (so a namespace never hangs on an unreachable bucket)."""
     gpu_classes: tuple[GpuClass, ...] = DEFAULT_CATALOG.gpu_classes
     promotion: PromotionConfig = Field(default_factory=PromotionConfig)
+    leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig)
 
     @property
     def catalog(self) -> GpuCatalog:

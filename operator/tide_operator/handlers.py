@@ -56,8 +56,6 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.loggers = False  # Events are ours, one per decision, not one per log line
     settings.execution.max_workers = 4
     settings.watching.server_timeout = 300
-    if os.environ.get("TIDE_METRICS_PORT"):  # the chart sets it; local runs may leave it out
-        metrics.start_metrics_server()
 
 
 def adopt(body: kopf.Body) -> Any:

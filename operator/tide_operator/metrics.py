@@ -5,7 +5,8 @@ the ServiceMonitor's target labels already use ``namespace`` (the operator's), a
 rename ours to ``exported_namespace``. The alert rules (charts/tide-operator/files/alerts/) and the
 dashboards read these names; renaming one here means changing them there.
 
-The handlers call the module-level functions (``start_metrics_server()`` once at startup; per pass
+``python -m tide_operator`` calls ``start_metrics_server()`` before leader election (a follower's
+``tide_operator_leader`` reads 0) and ``set_leader``. The handlers call the module-level functions (per pass
 ``with reconcile_timer():`` and ``observe_status(ns, name, status)``; ``record_decision`` per action,
 ``record_error`` per failed call, ``record_training_job`` when a trainer Job ends, ``forget`` on
 delete); tests build their own ``OperatorMetrics`` on a fresh registry.
@@ -33,7 +34,7 @@ RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _DEPLOYMENT = ("tide_namespace", "tide_deployment")
 
 
-def _package_version() -> str:
+def package_version() -> str:
     try:
         return version("tide-operator")
     except PackageNotFoundError:
@@ -48,7 +49,7 @@ class OperatorMetrics:
         r = self.registry
         self.info = Gauge("tide_operator_info", "Always 1; the operator's version (absent = operator down)",
                           ["version"], registry=r)
-        self.info.labels(version=_package_version()).set(1)
+        self.info.labels(version=package_version()).set(1)
         self.reconcile_duration = Histogram("tide_operator_reconcile_duration_seconds",
                                             "Duration of one reconcile pass", buckets=RECONCILE_BUCKETS,
                                             registry=r)
@@ -65,8 +66,14 @@ class OperatorMetrics:
                               ["kind"], registry=r)
         self.training_jobs = Counter("tide_operator_training_jobs_total", "Finished trainer Jobs by outcome",
                                      [*_DEPLOYMENT, "outcome"], registry=r)
+        self.leader = Gauge("tide_operator_leader",
+                            "1 while this process holds the leader Lease and acts, 0 while it waits as a follower",
+                            registry=r)
         for kind in ERROR_KINDS:  # present at 0 from the start, so increase() sees the first error
             self.errors.labels(kind=kind)
+
+    def set_leader(self, leading: bool) -> None:
+        self.leader.set(1 if leading else 0)
 
     def record_reconcile(self, duration_s: float) -> None:
         self.reconcile_duration.observe(duration_s)
@@ -126,6 +133,10 @@ class OperatorMetrics:
 
 
 METRICS = OperatorMetrics()
+
+
+def set_leader(leading: bool) -> None:
+    METRICS.set_leader(leading)
 
 
 def record_reconcile(duration_s: float) -> None:

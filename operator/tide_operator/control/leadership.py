@@ -64,7 +64,7 @@ def decide(current: LeaseRecord | None, me: str, now: datetime, seen_since: date
     this process last wrote the Lease as leader (None while it is not leading).
     """
     leading = last_renewed is not None
-    if leading and (now - last_renewed).total_seconds() > timings.renew_deadline_s:
+    if renew_overdue(last_renewed, now, timings):
         return Decision(Verdict.LOST)
     if current is None:
         return Decision(Verdict.ACQUIRE, LeaseRecord(me, _whole_seconds(timings.duration_s), now, now, 0))
@@ -78,6 +78,11 @@ def decide(current: LeaseRecord | None, me: str, now: datetime, seen_since: date
         return Decision(Verdict.ACQUIRE, LeaseRecord(me, _whole_seconds(timings.duration_s), now, now,
                                                      current.transitions + 1))
     return Decision(Verdict.WAIT)
+
+
+def renew_overdue(last_renewed: datetime | None, now: datetime, timings: LeaseTimings) -> bool:
+    """The leader has not renewed for the renew deadline: it must stop acting (also when the API is down)."""
+    return last_renewed is not None and (now - last_renewed).total_seconds() > timings.renew_deadline_s
 
 
 def released(current: LeaseRecord, now: datetime) -> LeaseRecord:
