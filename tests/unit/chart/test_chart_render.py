@@ -10,7 +10,7 @@ import yaml
 from chart_render import CHART_DIR, EVERYTHING_ON, NAMESPACE, kinds, notes, only, render
 
 from tide_operator.api.crd import crd, render_yaml
-from tide_operator.config import OperatorConfig, PodPolicyConfig, load_operator_config
+from tide_operator.config import LeaderElectionConfig, OperatorConfig, PodPolicyConfig, load_operator_config
 from tide_operator.observability.dashboards import DASHBOARDS
 from tide_operator.rbac import chart_rules_yaml, cluster_rules, namespaced_rbac, namespaced_rules, operator_rules
 
@@ -29,14 +29,13 @@ def everything() -> list[dict[str, Any]]:
 
 def test_default_install_renders_the_operator_and_no_optional_parts(default: list[dict[str, Any]]) -> None:
     assert kinds(default) == sorted(["ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition",
-                                     "Deployment", "Service", "ServiceAccount"])
+                                     "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service",
+                                     "ServiceAccount"])
     assert all(o["metadata"].get("namespace", NAMESPACE) == NAMESPACE for o in default)
 
 
-def test_operator_pod_is_single_recreate_non_root_read_only(default: list[dict[str, Any]]) -> None:
+def test_operator_pod_is_non_root_read_only(default: list[dict[str, Any]]) -> None:
     deployment = only(default, "Deployment")["spec"]
-    assert deployment["replicas"] == 1
-    assert deployment["strategy"] == {"type": "Recreate"}
     pod = deployment["template"]["spec"]
     container = pod["containers"][0]
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -57,15 +56,18 @@ def test_operator_pod_is_single_recreate_non_root_read_only(default: list[dict[s
 
 def test_operator_config_is_mounted_and_named_by_the_environment(default: list[dict[str, Any]]) -> None:
     container = only(default, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
     config_map = only(default, "ConfigMap")
     path = Path(env["TIDE_OPERATOR_CONFIG"])
     assert path.parent == Path(mount["mountPath"])
     raw = yaml.safe_load(config_map["data"][path.name])
-    # The one value the chart fills in: its own ServiceAccount, which TideDeployment pods may not use.
+    # The values the chart fills in: its own ServiceAccount, which TideDeployment pods may not use, and
+    # the leader Lease's name (the release's, as its Role names it).
     own_account = only(default, "ServiceAccount")["metadata"]["name"]
-    expected = OperatorConfig(pod_policy=PodPolicyConfig(operator_service_account=own_account))
+    release_name = only(default, "Deployment")["metadata"]["name"]
+    expected = OperatorConfig(pod_policy=PodPolicyConfig(operator_service_account=own_account),
+                              leader_election=LeaderElectionConfig(lease_name=release_name))
     assert load_operator_config(raw) == expected, "chart defaults drifted from tide_operator.config"
 
 
@@ -85,7 +87,8 @@ def test_cluster_role_renders_exactly_the_operator_rules(default: list[dict[str,
 
 def test_watched_namespaces_get_roles_and_only_cluster_wide_reads_stay_cluster_wide() -> None:
     objects = render({"watchNamespaces": ["a", "b"]})
-    rbac_objects = [o for o in objects if o["kind"] in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")]
+    rbac_objects = [o for o in objects if o["kind"] in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+                    and not o["metadata"]["name"].endswith("-leader-election")]
     account = only(objects, "ServiceAccount")["metadata"]
     subject = {"kind": "ServiceAccount", "name": account["name"], "namespace": NAMESPACE}
     name = only(objects, "ClusterRole")["metadata"]["name"]
@@ -96,7 +99,7 @@ def test_watched_namespaces_get_roles_and_only_cluster_wide_reads_stay_cluster_w
     assert [(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in rbac_objects] == \
         [(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in expected]
     assert only(objects, "ClusterRole")["rules"] == cluster_rules()
-    assert all(role["rules"] == namespaced_rules() for role in objects if role["kind"] == "Role")
+    assert all(role["rules"] == namespaced_rules() for role in rbac_objects if role["kind"] == "Role")
     cluster_wide = {r for rule in cluster_rules() for r in rule["resources"]}
     assert "secrets" not in cluster_wide
     assert {v for rule in cluster_rules() for v in rule["verbs"]} == {"list", "watch"}
@@ -133,7 +136,7 @@ def test_everything_on_renders_every_optional_part(everything: list[dict[str, An
     assert counts["PodMonitor"] == 1
     assert counts["PrometheusRule"] == 1
     assert counts["NetworkPolicy"] == 2
-    assert counts["Role"] == counts["RoleBinding"] == len(EVERYTHING_ON["watchNamespaces"])
+    assert counts["Role"] == counts["RoleBinding"] == len(EVERYTHING_ON["watchNamespaces"]) + 1  # + the Lease's
     assert counts["ConfigMap"] == 1 + len(DASHBOARDS)
     assert "helm.sh/resource-policy" not in only(everything, "CustomResourceDefinition")["metadata"]["annotations"]
 
@@ -212,7 +215,7 @@ def test_metrics_port_reaches_the_operator_through_its_environment(default: list
     from tide_operator.metrics import PORT_ENV
 
     container = only(default, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert int(env[PORT_ENV]) == ports["metrics"]
     service_port = only(default, "Service")["spec"]["ports"][0]

@@ -56,3 +56,16 @@ REMOVED = [
 def test_no_verb_the_operator_never_calls_is_back() -> None:
     granted = rbac.permissions(rbac.operator_rules() + rbac.cluster_rules())
     assert [p for p in REMOVED if p in granted] == []
+
+
+def test_leases_are_granted_only_in_the_operator_namespace_and_by_name_where_the_api_allows() -> None:
+    everywhere_else = rbac.permissions(rbac.operator_rules() + rbac.cluster_rules() + rbac.namespaced_rules())
+    assert not any(resource == "leases" for _, resource, _ in everywhere_else)
+    role, binding = rbac.leader_election_rbac("tide-system", SUBJECT, "tide", lease_name="tide-lease")
+    assert (role["kind"], role["metadata"]) == ("Role", {"name": "tide", "namespace": "tide-system"})
+    assert binding["subjects"] == [SUBJECT]
+    assert binding["roleRef"]["name"] == "tide"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["tide-lease"],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]
