@@ -17,7 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from tide_localcluster.plane import OPERATOR_USER, free_port, tail
 from tide_operator.api.crd import crd_without_cel
-from tide_operator.rbac import cluster_role, namespaced_rbac
+from tide_operator.rbac import cluster_role, leader_election_rbac, namespaced_rbac
 
 # The stand-in speaks vLLM's command line and routes; the operator's manifests stay unchanged.
 TEST_OPERATOR_CONFIG = {
@@ -75,33 +75,56 @@ def grant_operator_rbac(api: client.ApiClient) -> None:
                 raise
 
 
+def grant_leader_election_rbac(api: client.ApiClient, namespace: str, lease_name: str,
+                               user: str = OPERATOR_USER) -> None:
+    """The chart's leader-election Role (the Lease by name, in ``namespace``) bound to ``user``."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    subject = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+    role, binding = leader_election_rbac(namespace, subject, f"tide-operator-{lease_name}", lease_name)
+    rbac.create_namespaced_role(namespace, role)
+    rbac.create_namespaced_role_binding(namespace, binding)
+
+
 class OperatorProcess:
+    """``python -m tide_operator`` against the plane. One process acts at once by default
+    (``--no-leader-election``); ``lease=(namespace, name)`` runs it as a replica electing a leader."""
+
     def __init__(self, plane: Any, config: dict[str, Any] | None = None, kubeconfig: str | None = None,
-                 namespaces: tuple[str, ...] = ()) -> None:
+                 namespaces: tuple[str, ...] = (), lease: tuple[str, str] | None = None,
+                 name: str = "operator") -> None:
         self.plane = plane
         self.config = config or TEST_OPERATOR_CONFIG
         self.kubeconfig = kubeconfig or plane.operator_kubeconfig
         self.namespaces = namespaces  # watched (Kopf's --namespace); none: cluster-wide
-        self.log = Path(plane.state_dir) / "logs" / "operator.log"
+        self.lease = lease
+        self.name = name  # its log and config file names: replicas of one test keep theirs apart
+        self.log = Path(plane.state_dir) / "logs" / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.port = free_port()
         self.metrics_port = free_port()
 
     def start(self) -> OperatorProcess:
-        config_file = Path(self.plane.state_dir) / "operator-config.yaml"
+        config_file = Path(self.plane.state_dir) / f"{self.name}-config.yaml"
         config = dict(self.config)
         if self.plane.prometheus_url:  # the plane's own Prometheus, unless the test says otherwise
             config = {"prometheusUrl": self.plane.prometheus_url, **config}
         config.setdefault("storage", LOOPBACK_STORAGE)
         # The plane's GPU nodes are fakes: trainers run on CPU instead of exiting 8 (no GPU visible).
         config["trainer"] = {"cpuOnly": True, **config.get("trainer", {})}
+        if self.lease is not None:
+            namespace, lease_name = self.lease
+            config["leaderElection"] = {"leaseNamespace": namespace, "leaseName": lease_name,
+                                        **config.get("leaderElection", {})}
         config_file.write_text(yaml.safe_dump(config))
         env = {**os.environ, "KUBECONFIG": self.kubeconfig, "TIDE_OPERATOR_CONFIG": str(config_file),
                "TIDE_METRICS_PORT": str(self.metrics_port), "PYTHONUNBUFFERED": "1"}
+        if self.lease is not None:
+            env["HOSTNAME"] = self.name  # its Lease holder identity and User-Agent start with it
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tide_operator", "--liveness", f"http://127.0.0.1:{self.port}/healthz",
-                 *(f"--namespace={n}" for n in self.namespaces)],
+                 *(f"--namespace={n}" for n in self.namespaces),
+                 *(() if self.lease else ("--no-leader-election",))],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self._wait_alive()
         return self

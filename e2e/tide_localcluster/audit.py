@@ -66,15 +66,15 @@ class AuditLog:
     def calls(self, user: str, since: int = 0) -> list[ApiCall]:
         """Every resource request ``user`` completed (discovery of /api and /apis left out: RBAC grants it to
         all). A watch completes only when it closes: stop the client before reading."""
-        calls = []
+        return [call for event in self._completed(user, since) if (call := _api_call(event))]
+
+    def calls_by_agent(self, user: str, since: int = 0) -> dict[str, list[ApiCall]]:
+        """``calls`` grouped by User-Agent: replicas of one operator share a user, not an agent."""
+        by_agent: dict[str, list[ApiCall]] = {}
         for event in self._completed(user, since):
-            ref = event.get("objectRef")
-            if not ref:
-                continue
-            resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-            calls.append(ApiCall(event["verb"], ref.get("apiGroup", ""), resource, ref.get("namespace", ""),
-                                 ref.get("name", ""), _code(event)))
-        return calls
+            if call := _api_call(event):
+                by_agent.setdefault(event.get("userAgent", ""), []).append(call)
+        return by_agent
 
     def _completed(self, user: str, since: int) -> Iterator[dict[str, Any]]:
         if not self.path.exists():
@@ -86,6 +86,15 @@ class AuditLog:
             event = json.loads(line) if line.strip() else {}
             if event.get("stage") == "ResponseComplete" and event.get("user", {}).get("username") == user:
                 yield event
+
+
+def _api_call(event: dict[str, Any]) -> ApiCall | None:
+    ref = event.get("objectRef")
+    if not ref:
+        return None
+    resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+    return ApiCall(event["verb"], ref.get("apiGroup", ""), resource, ref.get("namespace", ""), ref.get("name", ""),
+                   _code(event))
 
 
 def _code(event: dict[str, Any]) -> int:
