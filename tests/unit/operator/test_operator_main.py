@@ -59,3 +59,17 @@ def test_plain_logs_carry_time_level_and_logger_once(capsys: pytest.CaptureFixtu
     assert "WARNING" in line
     assert "tide_operator.test" in line
     assert line.endswith("draft v4 promoted")
+
+
+def test_leader_election_is_on_unless_switched_off_for_a_local_run() -> None:
+    assert parse_args([]).leader_election is True
+    assert parse_args(["--no-leader-election"]).leader_election is False
+
+
+def test_leader_election_without_a_lease_namespace_says_how_to_fix_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tide_operator.__main__ import build_elector
+    from tide_operator.config import LeaderElectionConfig
+
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    with pytest.raises(SystemExit, match=r"POD_NAMESPACE.*--no-leader-election"):
+        build_elector(LeaderElectionConfig())
