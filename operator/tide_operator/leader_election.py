@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import signal
+import threading
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -91,6 +92,8 @@ class LeaderElector:
         self._seen: tuple[str | None, datetime] | None = None  # (resourceVersion, first seen at)
         self._record: LeaseRecord | None = None
         self._resource_version: str | None = None
+        # step() runs in a worker thread that cancelling ``hold`` cannot stop: release waits for it.
+        self._lock = threading.Lock()
 
     @property
     def leading(self) -> bool:
@@ -98,6 +101,10 @@ class LeaderElector:
 
     def step(self) -> Verdict:
         """One read, one decision, at most one write. LOST also when reads fail past the deadline."""
+        with self._lock:
+            return self._step()
+
+    def _step(self) -> Verdict:
         now = self.clock()
         try:
             self._record, self._resource_version = self.store.read()
@@ -145,6 +152,10 @@ class LeaderElector:
 
     def release(self) -> None:
         """Hand the lease over at once (client-go's ReleaseOnCancel); only after Kopf has stopped."""
+        with self._lock:
+            self._release()
+
+    def _release(self) -> None:
         if not self.leading or self._record is None:
             return
         try:
