@@ -22,7 +22,7 @@ from tide_operator.artifacts import ArtifactsRefused, ArtifactsUnreachable, dele
 from tide_operator.capture_retention import stop_capture_writers
 from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig, load_operator_config
-from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION
+from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION, unconsumed
 from tide_operator.manifests.control_token import ROTATE_ANNOTATION
 from tide_operator.manifests.labels import DEPLOYMENT_LABEL
 from tide_operator.prometheus_adapter import AdapterConfig, PrometheusAdapters
@@ -102,12 +102,17 @@ def adopt(body: kopf.Body) -> Any:
 @kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.resync_interval_seconds, backoff=CONFIG.resync_interval_seconds,
             id="reconcile-resync")
 def reconcile_tide_deployment(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+    namespace, name = body.metadata.namespace or "", body.metadata.name or ""
     with metrics.reconcile_timer():
-        result = reconcile(dict(body), cluster(kwargs), CONFIG, adopt(body), PROMETHEUS)
+        result = reconcile(_without_consumed(body, namespace, name), cluster(kwargs), CONFIG, adopt(body),
+                           PROMETHEUS)
     write_status(patch, body.get("status") or {}, result.status)
     for key in result.consumed:  # merge patch: null removes the annotation
         patch.metadata.annotations[key] = None
-    namespace, name = body.metadata.namespace or "", body.metadata.name or ""
+    if result.consumed:
+        annotations = body.metadata.annotations or {}
+        _CONSUMED[(namespace, name)] = (str(body.metadata.get("resourceVersion") or ""),
+                                        {key: annotations.get(key, "") for key in result.consumed})
     metrics.observe_status(namespace, name, result.status)
     for note in result.events:
         post_event(body, note.type, note.reason, note.message)
@@ -118,6 +123,22 @@ def reconcile_tide_deployment(body: kopf.Body, patch: kopf.Patch, **kwargs: Any)
     for applied in result.applied:
         if applied.action != "unchanged":
             log.info("%s %s %s %s", applied.action, applied.kind, applied.name, ", ".join(applied.drift))
+
+
+# Requests (control/manual.py) a pass acted on, by the resourceVersion of the body it read: another
+# handler of the same event, or a timer, reads that body before the annotation's removal lands and must
+# not act on them again. Any newer version (the removal, a new request) is read as it is.
+_CONSUMED: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
+
+
+def _without_consumed(body: kopf.Body, namespace: str, name: str) -> dict[str, Any]:
+    plain = dict(body)
+    version, consumed = _CONSUMED.get((namespace, name), ("", {}))
+    if consumed and version == body.metadata.get("resourceVersion"):
+        meta = dict(plain.get("metadata") or {})
+        meta["annotations"] = unconsumed(meta.get("annotations") or {}, consumed)
+        plain["metadata"] = meta
+    return plain
 
 
 def post_event(body: kopf.Body, type_: str, reason: str, message: str) -> None:
@@ -193,3 +214,4 @@ def forget_metrics(body: kopf.Body, **_: Any) -> None:
     namespace, name = body.metadata.namespace or "", body.metadata.name or ""
     metrics.forget(namespace, name)
     control_step.forget(namespace, name)
+    _CONSUMED.pop((namespace, name), None)
