@@ -66,7 +66,7 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     state = PolicyState.from_dict(stored) if stored else PolicyState()
     registry = make_registry(name, namespace, spec, cluster,
                              multipart_copy_threshold=config.promotion.multipart_copy_threshold_bytes)
-    fleet = make_fleet(name, namespace, config.serving.control_port, cluster)
+    fleet = make_fleet(name, namespace, config, cluster)
     reading = _sensor_reading(name, namespace, spec, state, registry, cluster, config, adapters)
     reading, max_batch_size = _with_fleet(reading, fleet, state)
     effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
@@ -122,14 +122,14 @@ def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: 
                          multipart_copy_threshold=multipart_copy_threshold)
 
 
-def make_fleet(name: str, namespace: str, control_port: int, cluster: Cluster) -> Fleet:
+def make_fleet(name: str, namespace: str, config: OperatorConfig, cluster: Cluster) -> Fleet:
     """The pods' control routes on their own port, with the current token (and the previous one, if kept)."""
     pods = [ServingPod(p["metadata"]["name"], (p.get("status") or {}).get("podIP", ""), _ready(p))
             for p in cluster.pods(namespace, labels.serving_selector(name))
             if not p["metadata"].get("deletionTimestamp")]
     tokens = accepted_tokens(cluster.secret_data(namespace, names.control_token_secret_name(name)))
     current, previous = (*tokens, "", "")[:2]
-    return Fleet(pods, control_port, current, previous)
+    return Fleet(pods, config.serving.control_port, current, previous, calls=config.pod_calls)
 
 
 def _ready(pod: dict[str, Any]) -> bool:
