@@ -88,6 +88,9 @@ class RecordingFleet:
         self.loads.append((source, version))
         self.manifest_checksums.append(manifest_sha256)
 
+    def statuses(self, ready_only: bool = False) -> dict[str, Any]:
+        return {}  # no pod reports a draft: none is skipped
+
 
 def candidate(registry: DraftRegistry, run_id: str, *, corrupt: bool = False) -> None:
     files = {"config.json": b'{"arch": "eagle3"}', "model.safetensors": run_id.encode() * 500}

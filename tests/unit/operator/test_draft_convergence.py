@@ -86,6 +86,8 @@ class FakePod:
 
     def load_draft(self, request: Any) -> None:
         self.loads.append((request.source, request.version, request.manifest_sha256))
+        # As the plugin: the manifest's version, else the source's last path segment (a candidate's run id).
+        self.reported = status(request.version or request.source.rstrip("/").rsplit("/", 1)[-1])
 
 
 class FakeRegistry:
@@ -170,6 +172,9 @@ class CountingPod(FakePod):
     def status(self) -> ServingStatus:
         self.asked += 1
         return self.reported
+
+    def load_draft(self, request: Any) -> None:
+        self.loads.append((request.source, request.version, request.manifest_sha256))  # keeps reporting its version
 
 
 def test_one_pass_reads_the_pods_once_until_one_is_told_something() -> None:
