@@ -20,7 +20,7 @@ from tide_operator.api import GROUP, PLURAL, VERSION
 from tide_operator.api.messages import bounded_message
 from tide_operator.artifacts import ArtifactsRefused, ArtifactsUnreachable, delete_deployment_artifacts
 from tide_operator.capture_retention import stop_capture_writers
-from tide_operator.cluster import Cluster
+from tide_operator.cluster import Cluster, set_request_timeout
 from tide_operator.config import OperatorConfig, load_operator_config
 from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION
 from tide_operator.manifests.control_token import ROTATE_ANNOTATION
@@ -41,6 +41,7 @@ def load_config() -> OperatorConfig:
 
 
 CONFIG = load_config()
+set_request_timeout(CONFIG.kubernetes)  # every Cluster() below: its API calls time out
 # One adapter per endpoint: deployments sharing a Prometheus share its queries.
 PROMETHEUS = PrometheusAdapters(AdapterConfig(window_s=CONFIG.prometheus_window_seconds,
                                               interval_s=CONFIG.prometheus_interval_seconds))
