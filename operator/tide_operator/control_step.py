@@ -13,9 +13,6 @@ import time
 from dataclasses import replace
 from typing import Any
 
-import boto3
-from botocore.config import Config as BotoConfig
-
 from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD
 from tide_contracts.registry import CaptureSampleCache, DraftRegistry
 from tide_operator.api import TideDeploymentSpec
@@ -37,6 +34,7 @@ from tide_operator.manifests.pod import registry_prefix, s3_encryption
 from tide_operator.prometheus_access import CredentialsError
 from tide_operator.prometheus_adapter import PrometheusAdapters
 from tide_operator.prometheus_credentials import resolve_connection
+from tide_operator.s3_clients import CLIENTS as S3_CLIENTS
 from tide_operator.sensors import read_sensors
 from tide_operator.serving_status import StatusDraft
 
@@ -109,12 +107,7 @@ def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: 
                   multipart_copy_threshold: int = DEFAULT_MULTIPART_COPY_THRESHOLD) -> DraftRegistry:
     s3 = spec.storage.s3
     credentials = cluster.secret_data(namespace, s3.credentials_secret) if s3.credentials_secret else {}
-    client = boto3.client(
-        "s3", endpoint_url=s3.endpoint, region_name=s3.region or "us-east-1",
-        aws_access_key_id=credentials.get("AWS_ACCESS_KEY_ID"),
-        aws_secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
-        config=BotoConfig(s3={"addressing_style": "path"} if s3.endpoint else {}, connect_timeout=5,
-                          read_timeout=30, retries={"max_attempts": 2}))
+    client = S3_CLIENTS.client(s3.endpoint, s3.region or "us-east-1", credentials)  # reused while the keys are
     encryption = s3_encryption(spec.control.capture)  # the same settings the pods' writes carry
     return DraftRegistry(client, s3.bucket, registry_prefix(name, namespace, s3),
                          sse=encryption.algorithm, kms_key_id=encryption.kms_key_id,
