@@ -27,8 +27,7 @@ from tide_operator.control_loop import SensorReading, control_pass
 from tide_operator.cost_profile_source import ProfilePoints
 from tide_operator.effects import ClusterEffects
 from tide_operator.fleet import Fleet, ServingPod
-from tide_operator.manifests import labels, names
-from tide_operator.manifests.control_token import accepted_tokens
+from tide_operator.manifests import labels
 from tide_operator.manifests.ownership import owner_uids
 from tide_operator.manifests.pod import registry_prefix, s3_encryption
 from tide_operator.prometheus_access import CredentialsError
@@ -51,10 +50,12 @@ def due(namespace: str, name: str, spec: TideDeploymentSpec, now_s: float) -> bo
 
 def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement, draft: StatusDraft,
                 cluster: Cluster, config: OperatorConfig, adopt: Any, adapters: PrometheusAdapters,
-                profile_points: ProfilePoints | None = None, manual: ManualRequest | None = None) -> None:
+                profile_points: ProfilePoints | None = None, manual: ManualRequest | None = None, *,
+                control_tokens: tuple[str, ...]) -> None:
     """``profile_points``: the cost profile read from spec.control.costProfile.configMapRef, if any.
 
     ``manual``: a user's requests (control/manual.py); a pass runs at once for them, due or not.
+    ``control_tokens``: the pods' control tokens, current first, from the Secret the reconcile pass applied.
     """
     now_s = time.time()
     if not due(namespace, name, spec, now_s) and not (manual is not None and manual.keys):
@@ -64,7 +65,7 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     state = PolicyState.from_dict(stored) if stored else PolicyState()
     registry = make_registry(name, namespace, spec, cluster,
                              multipart_copy_threshold=config.promotion.multipart_copy_threshold_bytes)
-    fleet = make_fleet(name, namespace, config, cluster)
+    fleet = make_fleet(name, namespace, config, cluster, control_tokens)
     reading = _sensor_reading(name, namespace, spec, state, registry, cluster, config, adapters)
     reading, max_batch_size = _with_fleet(reading, fleet, state)
     effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
@@ -115,12 +116,12 @@ def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: 
                          multipart_copy_threshold=multipart_copy_threshold)
 
 
-def make_fleet(name: str, namespace: str, config: OperatorConfig, cluster: Cluster) -> Fleet:
+def make_fleet(name: str, namespace: str, config: OperatorConfig, cluster: Cluster,
+               tokens: tuple[str, ...]) -> Fleet:
     """The pods' control routes on their own port, with the current token (and the previous one, if kept)."""
     pods = [ServingPod(p["metadata"]["name"], (p.get("status") or {}).get("podIP", ""), _ready(p))
             for p in cluster.pods(namespace, labels.serving_selector(name))
             if not p["metadata"].get("deletionTimestamp")]
-    tokens = accepted_tokens(cluster.secret_data(namespace, names.control_token_secret_name(name)))
     current, previous = (*tokens, "", "")[:2]
     return Fleet(pods, config.serving.control_port, current, previous, calls=config.pod_calls)
 
