@@ -80,10 +80,11 @@ class Cluster:
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
+        self._secrets: dict[tuple[str, str], dict[str, Any] | None] = {}  # referenced Secrets read by this pass
 
     # --- reads ---
     def secret_exists(self, namespace: str, name: str) -> bool:
-        return self._read("Secret", namespace, name) is not None
+        return self._referenced_secret(namespace, name) is not None
 
     def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read("Deployment", namespace, name)
@@ -236,8 +237,24 @@ class Cluster:
     def secret_data(self, namespace: str, name: str) -> dict[str, str]:
         import base64
 
-        secret = self.core.read_namespaced_secret(name, namespace)
-        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+        secret = self._referenced_secret(namespace, name)
+        if secret is None:
+            raise ApiException(status=404, reason=f"Secret {namespace}/{name} not found")
+        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+    def _referenced_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Secret a spec references (S3 or Prometheus credentials), read with one GET per Cluster: the
+        handlers build one per pass, so the existence check and the credentials share a read and the
+        next pass sees a rotated key. Never the control token's Secret (read() reads it: we write it)."""
+        if (namespace, name) not in self._secrets:
+            try:
+                self._secrets[(namespace, name)] = self.api.sanitize_for_serialization(
+                    self.core.read_namespaced_secret(name, namespace))
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                self._secrets[(namespace, name)] = None
+        return self._secrets[(namespace, name)]
 
     # --- per-kind plumbing ---
     def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
