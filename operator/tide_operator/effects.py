@@ -187,7 +187,8 @@ class ClusterEffects:
     def start_canary(self, action: act.StartCanary) -> None:
         """Exactly the pods the lifecycle chose (and recorded); one gone since is skipped."""
         source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "candidates", action.candidate)
-        self.fleet.load_draft(source, None, self.canary_pods(action.pods))
+        # A pod serving a candidate reports its run id as the version (its manifest names none).
+        self.fleet.load_draft(source, None, self._not_yet_serving(action.candidate, self.canary_pods(action.pods)))
         if self._bootstrap() is not None and self._current_pointer() is None:
             self._canary_speculates(self.canary_pods(action.pods), full_bands(self.spec.draft.num_speculative_tokens))
         elif action.speculate:  # the fleet does not speculate: the canary pods do, with the candidate's table

@@ -59,3 +59,11 @@ def test_a_rollback_returns_the_canary_pods_and_skips_none_of_them() -> None:
     fx = effects(pods, PromotingRegistry(pointer("v3")))
     fx.roll_back(act.RollBack("3fa9c2d1-r4", "CanaryFailed", "slower", ("chat-a",)))
     assert loaded(pods) == {"chat-a": 1, "chat-b": 0}
+
+
+def test_a_canary_start_retried_loads_the_candidate_only_where_it_is_not_yet() -> None:
+    pods = {"chat-a": FakePod("3fa9c2d1-r4"), "chat-b": FakePod("v3"), "chat-c": FakePod("v3")}
+    fx = effects(pods, PromotingRegistry(pointer("v3")))
+    fx.start_canary(act.StartCanary("3fa9c2d1-r4", 2, "CandidateBetter", "m", ("chat-a", "chat-b")))
+    assert loaded(pods) == {"chat-a": 0, "chat-b": 1, "chat-c": 0}
+    assert pods["chat-b"].loads == [("s3://tide/team/chat/candidates/3fa9c2d1-r4", None, None)]
