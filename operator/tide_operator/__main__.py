@@ -33,8 +33,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import kopf
 
-    import tide_operator.handlers  # noqa: F401  (registers the handlers)
+    from tide_operator import handlers  # registers the handlers
 
+    handlers.CLUSTERWIDE = not args.namespace
     configure_logging(args)
     asyncio.run(kopf.operator(
         standalone=True, clusterwide=not args.namespace, namespaces=args.namespace,

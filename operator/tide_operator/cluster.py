@@ -25,9 +25,9 @@ from tide_operator.manifests.field_manager import (
     with_applied_hash,
 )
 from tide_operator.manifests.ownership import ChildConflict, conflict, owner_uids
+from tide_operator.watch_cache import GPU_RESOURCE_PREFIXES, GpuRequest, WatchCache, pod_gpus
 
 log = logging.getLogger(__name__)
-GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
 DISRUPTION_BUDGET = "PodDisruptionBudget"
 # Group versions serving PodDisruptionBudget, newest first: policy/v1 since Kubernetes 1.21, only
 # policy/v1beta1 on 1.20 (removed in 1.25). The python client types only v1, so both go by path.
@@ -75,8 +75,13 @@ class Applied:
 
 
 class Cluster:
-    def __init__(self, api: client.ApiClient | None = None, request_timeout: RequestTimeout | None = None) -> None:
+    """``cache``: the operator's watch caches (watch_cache.py); without them (tests, one-off passes) the
+    pods, Jobs and nodes are listed."""
+
+    def __init__(self, api: client.ApiClient | None = None, cache: WatchCache | None = None,
+                 request_timeout: RequestTimeout | None = None) -> None:
         self.api = api or TimedApiClient(request_timeout or _DEFAULTS["request_timeout"])
+        self.cache = cache
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
@@ -89,19 +94,25 @@ class Cluster:
     def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read("Deployment", namespace, name)
 
-    def node_inventory(self, exclude_label: tuple[str, str] | None = None) -> list[NodeInventory]:
-        """Nodes with their GPUs and what pods not matching ``exclude_label`` already requested."""
+    def node_inventory(self, exclude: tuple[str, str] | None = None) -> list[NodeInventory]:
+        """Nodes with their GPUs and what pods already requested, leaving out the pods of the TideDeployment
+        ``exclude`` = (namespace, name)."""
+        def excluded(request: GpuRequest) -> bool:
+            return exclude is not None and (request.namespace, request.deployment) == exclude
+
+        if self.cache is not None and (cached := self.cache.node_inventory(excluded)) is not None:
+            return cached
         requested: dict[str, dict[str, int]] = {}
-        for pod in self.core.list_pod_for_all_namespaces().items:
-            if not pod.spec.node_name or pod.status.phase in ("Succeeded", "Failed"):
-                continue
-            if exclude_label and (pod.metadata.labels or {}).get(exclude_label[0]) == exclude_label[1]:
+        for pod in self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=").items:
+            body = self.api.sanitize_for_serialization(pod)
+            meta = body["metadata"]
+            request = GpuRequest(meta.get("namespace", ""), meta["name"], (meta.get("labels") or {}).get(
+                "tide.dev/deployment"), tuple(sorted(pod_gpus(body.get("spec") or {}).items())))
+            if pod.status.phase in ("Succeeded", "Failed") or excluded(request):
                 continue
             node = requested.setdefault(pod.spec.node_name, {})
-            for container in pod.spec.containers:
-                for resource, amount in ((container.resources and container.resources.limits) or {}).items():
-                    if resource.startswith(GPU_RESOURCE_PREFIXES):
-                        node[resource] = node.get(resource, 0) + int(amount)
+            for resource, amount in request.gpus:
+                node[resource] = node.get(resource, 0) + amount
         return [
             NodeInventory(
                 name=n.metadata.name, labels=n.metadata.labels or {},
@@ -227,10 +238,16 @@ class Cluster:
                 raise
 
     def jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """Our Jobs (``selector`` names tide.dev labels)."""
+        if self.cache is not None:
+            return self.cache.tide_jobs(namespace, selector)
         items = self.batch.list_namespaced_job(namespace, label_selector=selector).items
         return [self.api.sanitize_for_serialization(j) for j in items]
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """Our pods (``selector`` names tide.dev labels)."""
+        if self.cache is not None:
+            return self.cache.tide_pods(namespace, selector)
         items = self.core.list_namespaced_pod(namespace, label_selector=selector).items
         return [self.api.sanitize_for_serialization(p) for p in items]
 

@@ -86,7 +86,7 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
         invalid(draft, *missing)
         return _result(draft)
 
-    placement = _place(spec, cluster, config, name, draft.status)
+    placement = _place(spec, cluster, config, namespace, name, draft.status)
     if not placement.inference.ok:  # no class allowed at all; without free GPUs the pass goes on
         mark_unscheduled(draft, placement)
         return _result(draft)
@@ -219,9 +219,9 @@ def observed_status(body: dict[str, Any]) -> TideDeploymentStatus:
 STATUS_FIELDS = {field.alias or name for name, field in TideDeploymentStatus.model_fields.items()}
 
 
-def _place(spec: TideDeploymentSpec, cluster: Cluster, config: OperatorConfig, name: str,
+def _place(spec: TideDeploymentSpec, cluster: Cluster, config: OperatorConfig, namespace: str, name: str,
            status: TideDeploymentStatus) -> Placement:
-    nodes = cluster.node_inventory(exclude_label=(labels.DEPLOYMENT_LABEL, name))
+    nodes = cluster.node_inventory(exclude=(namespace, name))
     inference = PoolRequest(allowed=spec.inference.gpu_classes or None, units=spec.inference.replicas,
                             gpus_per_unit=spec.inference.gpus_per_replica)
     training = PoolRequest(allowed=spec.training.gpu_classes or None, units=1,
