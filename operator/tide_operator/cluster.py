@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tide_operator.config import KubernetesConfig
 from tide_operator.control.placement import NodeInventory
 from tide_operator.manifests.field_manager import (
     FIELD_MANAGER,
@@ -33,6 +34,36 @@ DISRUPTION_BUDGET = "PodDisruptionBudget"
 POLICY_VERSIONS = ("policy/v1", "policy/v1beta1")
 # API server URL -> the policy version it serves: discovered once per operator process.
 _POLICY_VERSION: dict[str, str] = {}
+RequestTimeout = tuple[float, float]  # (connect, read) seconds
+# Set once from the operator configuration when the handlers load it (set_request_timeout).
+_DEFAULTS: dict[str, RequestTimeout] = {}
+
+
+def set_request_timeout(config: KubernetesConfig) -> None:
+    _DEFAULTS["request_timeout"] = (config.connect_timeout_seconds, config.read_timeout_seconds)
+
+
+set_request_timeout(KubernetesConfig())
+
+
+class TimedApiClient(client.ApiClient):  # type: ignore[misc]
+    """An ApiClient whose every request has a (connect, read) timeout unless the call sets its own.
+
+    The generated client has no default (Configuration holds none): without one a request to an API
+    server that stops answering blocks its thread for ever. A watch (query watch=true) streams for as
+    long as the server keeps it open, so it keeps no timeout; the operator's watches are Kopf's anyway.
+    """
+
+    def __init__(self, request_timeout: RequestTimeout, configuration: client.Configuration | None = None) -> None:
+        super().__init__(configuration)
+        self.request_timeout = request_timeout
+
+    def request(self, method: str, url: str, query_params: Any = None, headers: Any = None, post_params: Any = None,
+                body: Any = None, _preload_content: bool = True, _request_timeout: Any = None) -> Any:
+        if _request_timeout is None and not any(k == "watch" and v for k, v in query_params or ()):
+            _request_timeout = self.request_timeout
+        return super().request(method, url, query_params=query_params, headers=headers, post_params=post_params,
+                                body=body, _preload_content=_preload_content, _request_timeout=_request_timeout)
 
 
 @dataclass(frozen=True)
@@ -47,16 +78,18 @@ class Cluster:
     """``cache``: the operator's watch caches (watch_cache.py); without them (tests, one-off passes) the
     pods, Jobs and nodes are listed."""
 
-    def __init__(self, api: client.ApiClient | None = None, cache: WatchCache | None = None) -> None:
-        self.api = api or client.ApiClient()
+    def __init__(self, api: client.ApiClient | None = None, cache: WatchCache | None = None,
+                 request_timeout: RequestTimeout | None = None) -> None:
+        self.api = api or TimedApiClient(request_timeout or _DEFAULTS["request_timeout"])
         self.cache = cache
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
+        self._secrets: dict[tuple[str, str], dict[str, Any] | None] = {}  # referenced Secrets read by this pass
 
     # --- reads ---
     def secret_exists(self, namespace: str, name: str) -> bool:
-        return self._read("Secret", namespace, name) is not None
+        return self._referenced_secret(namespace, name) is not None
 
     def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read("Deployment", namespace, name)
@@ -221,8 +254,24 @@ class Cluster:
     def secret_data(self, namespace: str, name: str) -> dict[str, str]:
         import base64
 
-        secret = self.core.read_namespaced_secret(name, namespace)
-        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+        secret = self._referenced_secret(namespace, name)
+        if secret is None:
+            raise ApiException(status=404, reason=f"Secret {namespace}/{name} not found")
+        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+    def _referenced_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Secret a spec references (S3 or Prometheus credentials), read with one GET per Cluster: the
+        handlers build one per pass, so the existence check and the credentials share a read and the
+        next pass sees a rotated key. Never the control token's Secret (read() reads it: we write it)."""
+        if (namespace, name) not in self._secrets:
+            try:
+                self._secrets[(namespace, name)] = self.api.sanitize_for_serialization(
+                    self.core.read_namespaced_secret(name, namespace))
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                self._secrets[(namespace, name)] = None
+        return self._secrets[(namespace, name)]
 
     # --- per-kind plumbing ---
     def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from tide_operator.api import GROUP, PLURAL, VERSION
 from tide_operator.api.messages import bounded_message
 from tide_operator.artifacts import ArtifactsRefused, ArtifactsUnreachable, delete_deployment_artifacts
 from tide_operator.capture_retention import stop_capture_writers
-from tide_operator.cluster import Cluster
+from tide_operator.cluster import Cluster, set_request_timeout
 from tide_operator.config import OperatorConfig, load_operator_config
 from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION, unconsumed
 from tide_operator.manifests.control_token import ROTATE_ANNOTATION
@@ -42,6 +42,7 @@ def load_config() -> OperatorConfig:
 
 
 CONFIG = load_config()
+set_request_timeout(CONFIG.kubernetes)  # every Cluster() below: its API calls time out
 # Whether every namespace is watched (__main__ sets it): only then do the watched pods show every GPU
 # in use; a namespaced operator lists pods for placement (watch_cache.py).
 CLUSTERWIDE = True

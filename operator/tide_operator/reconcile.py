@@ -30,7 +30,7 @@ from tide_operator.control.storage_tenancy import storage_violations, with_stora
 from tide_operator.control_step import run_control
 from tide_operator.cost_profile_source import ProfilePoints, read_cost_profile
 from tide_operator.manifests import labels, names
-from tide_operator.manifests.control_token import control_token_secret, rotation_request
+from tide_operator.manifests.control_token import control_token_secret, rotation_request, tokens_of
 from tide_operator.manifests.disruption import KIND as DISRUPTION_BUDGET
 from tide_operator.manifests.disruption import build_disruption_budget
 from tide_operator.manifests.ownership import ChildConflict, conflict, describe
@@ -92,9 +92,10 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
         return _result(draft)
     scheduled(draft, placement)
 
-    applied = _own_and_apply(meta, spec, placement, config, cluster, adopt, draft)
-    if applied is None:
+    owned = _own_and_apply(meta, spec, placement, config, cluster, adopt, draft)
+    if owned is None:
         return _result(draft)
+    applied, control_tokens = owned
     deployment = cluster.deployment(namespace, names.serving_name(name)) or {}
     observed = deployment.get("status") or {}
     serving(draft, ServingObservation(replicas=spec.inference.replicas,
@@ -102,7 +103,8 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
                                       selector=labels.serving_selector(name)))
     if adapters is not None and draft.status.phase is Phase.SERVING and not bootstrap_pending(draft.status):
         run_control(name, namespace, spec, placement, draft, cluster, config, adopt, adapters,
-                    profile_points=profile_points, manual=manual_request(meta.get("annotations")))
+                    profile_points=profile_points, manual=manual_request(meta.get("annotations")),
+                    control_tokens=control_tokens)
     return _result(draft, applied)
 
 
@@ -148,8 +150,11 @@ def child_names(name: str, status: TideDeploymentStatus, uid: str) -> list[tuple
 
 
 def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Placement, config: OperatorConfig,
-                   cluster: Cluster, adopt: Any, draft: StatusDraft) -> tuple[Applied, ...] | None:
-    """Apply the children, or None with a ChildConflict when an object named like one is not ours."""
+                   cluster: Cluster, adopt: Any, draft: StatusDraft,
+                   ) -> tuple[tuple[Applied, ...], tuple[str, ...]] | None:
+    """Apply the children, or None with a ChildConflict when an object named like one is not ours.
+
+    Also the control tokens of the Secret just applied (the pods' calls use them, rotated or kept)."""
     name, namespace = meta["name"], meta["namespace"]
     live = {(kind, child): cluster.read(kind, namespace, child)
             for kind, child in child_names(name, draft.status, meta.get("uid", ""))}
@@ -165,7 +170,7 @@ def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Pl
         token = control_token_secret(name, namespace, live[("Secret", names.control_token_secret_name(name))],
                                      rotation_request(meta), draft.now, config.serving.token_rotation_grace_seconds)
         applied = _apply_children(name, namespace, spec, placement, config, cluster, adopt, live, token, bootstrap)
-        return applied + _apply_disruption_budget(meta, spec, cluster, adopt, live)
+        return applied + _apply_disruption_budget(meta, spec, cluster, adopt, live), tokens_of(token)
     except ChildConflict as e:  # lost a race to someone else's object between the read and the write
         child_conflict(draft, str(e))
         return None
