@@ -46,13 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     import tide_operator.kopf_login  # noqa: F401  (Kopf logs in with this process's User-Agent)
-    from tide_operator import metrics
-    from tide_operator.handlers import CONFIG  # importing registers the handlers
+    from tide_operator import handlers, metrics  # importing handlers registers them
 
+    handlers.CLUSTERWIDE = not args.namespace
     configure_logging(args)
     if os.environ.get(metrics.PORT_ENV):  # the chart sets it; local runs may leave it out
         metrics.start_metrics_server()  # before the election: a follower's tide_operator_leader reads 0
-    election = CONFIG.leader_election
+    election = handlers.CONFIG.leader_election
     if not (args.leader_election and election.enabled):
         metrics.set_leader(True)
         asyncio.run(run_kopf(args))

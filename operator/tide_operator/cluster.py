@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tide_operator.config import KubernetesConfig
 from tide_operator.control.placement import NodeInventory
 from tide_operator.manifests.field_manager import (
     FIELD_MANAGER,
@@ -25,15 +26,46 @@ from tide_operator.manifests.field_manager import (
 )
 from tide_operator.manifests.ownership import ChildConflict, conflict, owner_uids
 from tide_operator.process_identity import USER_AGENT
+from tide_operator.watch_cache import GPU_RESOURCE_PREFIXES, GpuRequest, WatchCache, pod_gpus
 
 log = logging.getLogger(__name__)
-GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
 DISRUPTION_BUDGET = "PodDisruptionBudget"
 # Group versions serving PodDisruptionBudget, newest first: policy/v1 since Kubernetes 1.21, only
 # policy/v1beta1 on 1.20 (removed in 1.25). The python client types only v1, so both go by path.
 POLICY_VERSIONS = ("policy/v1", "policy/v1beta1")
 # API server URL -> the policy version it serves: discovered once per operator process.
 _POLICY_VERSION: dict[str, str] = {}
+RequestTimeout = tuple[float, float]  # (connect, read) seconds
+# Set once from the operator configuration when the handlers load it (set_request_timeout).
+_DEFAULTS: dict[str, RequestTimeout] = {}
+
+
+def set_request_timeout(config: KubernetesConfig) -> None:
+    _DEFAULTS["request_timeout"] = (config.connect_timeout_seconds, config.read_timeout_seconds)
+
+
+set_request_timeout(KubernetesConfig())
+
+
+class TimedApiClient(client.ApiClient):  # type: ignore[misc]
+    """An ApiClient whose every request has a (connect, read) timeout unless the call sets its own.
+
+    The generated client has no default (Configuration holds none): without one a request to an API
+    server that stops answering blocks its thread for ever. A watch (query watch=true) streams for as
+    long as the server keeps it open, so it keeps no timeout; the operator's watches are Kopf's anyway.
+    """
+
+    def __init__(self, request_timeout: RequestTimeout, configuration: client.Configuration | None = None) -> None:
+        super().__init__(configuration)
+        self.request_timeout = request_timeout
+        self.user_agent = USER_AGENT  # the audit log tells the replicas apart (process_identity.py)
+
+    def request(self, method: str, url: str, query_params: Any = None, headers: Any = None, post_params: Any = None,
+                body: Any = None, _preload_content: bool = True, _request_timeout: Any = None) -> Any:
+        if _request_timeout is None and not any(k == "watch" and v for k, v in query_params or ()):
+            _request_timeout = self.request_timeout
+        return super().request(method, url, query_params=query_params, headers=headers, post_params=post_params,
+                                body=body, _preload_content=_preload_content, _request_timeout=_request_timeout)
 
 
 @dataclass(frozen=True)
@@ -45,35 +77,44 @@ class Applied:
 
 
 class Cluster:
-    def __init__(self, api: client.ApiClient | None = None) -> None:
-        if api is None:
-            api = client.ApiClient()
-            api.user_agent = USER_AGENT  # the audit log tells the replicas apart (process_identity.py)
-        self.api = api
+    """``cache``: the operator's watch caches (watch_cache.py); without them (tests, one-off passes) the
+    pods, Jobs and nodes are listed."""
+
+    def __init__(self, api: client.ApiClient | None = None, cache: WatchCache | None = None,
+                 request_timeout: RequestTimeout | None = None) -> None:
+        self.api = api or TimedApiClient(request_timeout or _DEFAULTS["request_timeout"])
+        self.cache = cache
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
+        self._secrets: dict[tuple[str, str], dict[str, Any] | None] = {}  # referenced Secrets read by this pass
 
     # --- reads ---
     def secret_exists(self, namespace: str, name: str) -> bool:
-        return self._read("Secret", namespace, name) is not None
+        return self._referenced_secret(namespace, name) is not None
 
     def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read("Deployment", namespace, name)
 
-    def node_inventory(self, exclude_label: tuple[str, str] | None = None) -> list[NodeInventory]:
-        """Nodes with their GPUs and what pods not matching ``exclude_label`` already requested."""
+    def node_inventory(self, exclude: tuple[str, str] | None = None) -> list[NodeInventory]:
+        """Nodes with their GPUs and what pods already requested, leaving out the pods of the TideDeployment
+        ``exclude`` = (namespace, name)."""
+        def excluded(request: GpuRequest) -> bool:
+            return exclude is not None and (request.namespace, request.deployment) == exclude
+
+        if self.cache is not None and (cached := self.cache.node_inventory(excluded)) is not None:
+            return cached
         requested: dict[str, dict[str, int]] = {}
-        for pod in self.core.list_pod_for_all_namespaces().items:
-            if not pod.spec.node_name or pod.status.phase in ("Succeeded", "Failed"):
-                continue
-            if exclude_label and (pod.metadata.labels or {}).get(exclude_label[0]) == exclude_label[1]:
+        for pod in self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=").items:
+            body = self.api.sanitize_for_serialization(pod)
+            meta = body["metadata"]
+            request = GpuRequest(meta.get("namespace", ""), meta["name"], (meta.get("labels") or {}).get(
+                "tide.dev/deployment"), tuple(sorted(pod_gpus(body.get("spec") or {}).items())))
+            if pod.status.phase in ("Succeeded", "Failed") or excluded(request):
                 continue
             node = requested.setdefault(pod.spec.node_name, {})
-            for container in pod.spec.containers:
-                for resource, amount in ((container.resources and container.resources.limits) or {}).items():
-                    if resource.startswith(GPU_RESOURCE_PREFIXES):
-                        node[resource] = node.get(resource, 0) + int(amount)
+            for resource, amount in request.gpus:
+                node[resource] = node.get(resource, 0) + amount
         return [
             NodeInventory(
                 name=n.metadata.name, labels=n.metadata.labels or {},
@@ -199,18 +240,40 @@ class Cluster:
                 raise
 
     def jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """Our Jobs (``selector`` names tide.dev labels)."""
+        if self.cache is not None:
+            return self.cache.tide_jobs(namespace, selector)
         items = self.batch.list_namespaced_job(namespace, label_selector=selector).items
         return [self.api.sanitize_for_serialization(j) for j in items]
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """Our pods (``selector`` names tide.dev labels)."""
+        if self.cache is not None:
+            return self.cache.tide_pods(namespace, selector)
         items = self.core.list_namespaced_pod(namespace, label_selector=selector).items
         return [self.api.sanitize_for_serialization(p) for p in items]
 
     def secret_data(self, namespace: str, name: str) -> dict[str, str]:
         import base64
 
-        secret = self.core.read_namespaced_secret(name, namespace)
-        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+        secret = self._referenced_secret(namespace, name)
+        if secret is None:
+            raise ApiException(status=404, reason=f"Secret {namespace}/{name} not found")
+        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+    def _referenced_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Secret a spec references (S3 or Prometheus credentials), read with one GET per Cluster: the
+        handlers build one per pass, so the existence check and the credentials share a read and the
+        next pass sees a rotated key. Never the control token's Secret (read() reads it: we write it)."""
+        if (namespace, name) not in self._secrets:
+            try:
+                self._secrets[(namespace, name)] = self.api.sanitize_for_serialization(
+                    self.core.read_namespaced_secret(name, namespace))
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                self._secrets[(namespace, name)] = None
+        return self._secrets[(namespace, name)]
 
     # --- per-kind plumbing ---
     def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:

@@ -202,6 +202,31 @@ class LeaderElectionConfig(_ConfigModel):
         return self
 
 
+class PodCallsConfig(_ConfigModel):
+    """How a pass calls its serving pods' control routes (fleet.py): in parallel, each call with a deadline."""
+
+    parallelism: int = Field(default=8, ge=1, le=256)
+    """Calls one pass runs at once (a thread pool per fan-out)."""
+    status_deadline_seconds: float = Field(default=5.0, gt=0, le=600)
+    """A status read: the plugin answers from memory; a pod silent this long counts as not answering."""
+    switch_deadline_seconds: float = Field(default=15.0, gt=0, le=600)
+    """Speculation or capture on/off: a file write or one engine RPC on the pod."""
+    draft_load_deadline_seconds: float = Field(default=120.0, gt=0, le=3600)
+    """A draft load answers only after the pod downloaded the draft from S3, verified every file's sha256
+    and swapped it in (a pause of seconds): an EAGLE-3 head of an 8B target is about 1 GiB, so 120 s
+    allows about 10 MiB/s. A pod still loading when it passes keeps loading; the next pass sees its
+    version in its status and does not load it again."""
+
+
+class KubernetesConfig(_ConfigModel):
+    """The operator's own Kubernetes API calls (cluster.py); Kopf's watches keep their own timeouts."""
+
+    connect_timeout_seconds: float = Field(default=5.0, gt=0, le=300)
+    read_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    """Per request: an API server that stops answering fails the pass, which is retried, instead of
+    holding one of Kopf's worker threads without end."""
+
+
 class OperatorConfig(_ConfigModel):
     serving: ServingConfig = Field(default_factory=ServingConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
@@ -224,6 +249,8 @@ class OperatorConfig(_ConfigModel):
     gpu_classes: tuple[GpuClass, ...] = DEFAULT_CATALOG.gpu_classes
     promotion: PromotionConfig = Field(default_factory=PromotionConfig)
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig)
+    pod_calls: PodCallsConfig = Field(default_factory=PodCallsConfig)
+    kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
 
     @property
     def catalog(self) -> GpuCatalog:

@@ -13,9 +13,6 @@ import time
 from dataclasses import replace
 from typing import Any
 
-import boto3
-from botocore.config import Config as BotoConfig
-
 from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD
 from tide_contracts.registry import CaptureSampleCache, DraftRegistry
 from tide_operator.api import TideDeploymentSpec
@@ -30,13 +27,13 @@ from tide_operator.control_loop import SensorReading, control_pass
 from tide_operator.cost_profile_source import ProfilePoints
 from tide_operator.effects import ClusterEffects
 from tide_operator.fleet import Fleet, ServingPod
-from tide_operator.manifests import labels, names
-from tide_operator.manifests.control_token import accepted_tokens
+from tide_operator.manifests import labels
 from tide_operator.manifests.ownership import owner_uids
 from tide_operator.manifests.pod import registry_prefix, s3_encryption
 from tide_operator.prometheus_access import CredentialsError
 from tide_operator.prometheus_adapter import PrometheusAdapters
 from tide_operator.prometheus_credentials import resolve_connection
+from tide_operator.s3_clients import CLIENTS as S3_CLIENTS
 from tide_operator.sensors import read_sensors
 from tide_operator.serving_status import StatusDraft
 
@@ -53,10 +50,12 @@ def due(namespace: str, name: str, spec: TideDeploymentSpec, now_s: float) -> bo
 
 def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement, draft: StatusDraft,
                 cluster: Cluster, config: OperatorConfig, adopt: Any, adapters: PrometheusAdapters,
-                profile_points: ProfilePoints | None = None, manual: ManualRequest | None = None) -> None:
+                profile_points: ProfilePoints | None = None, manual: ManualRequest | None = None, *,
+                control_tokens: tuple[str, ...]) -> None:
     """``profile_points``: the cost profile read from spec.control.costProfile.configMapRef, if any.
 
     ``manual``: a user's requests (control/manual.py); a pass runs at once for them, due or not.
+    ``control_tokens``: the pods' control tokens, current first, from the Secret the reconcile pass applied.
     """
     now_s = time.time()
     if not due(namespace, name, spec, now_s) and not (manual is not None and manual.keys):
@@ -66,7 +65,7 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     state = PolicyState.from_dict(stored) if stored else PolicyState()
     registry = make_registry(name, namespace, spec, cluster,
                              multipart_copy_threshold=config.promotion.multipart_copy_threshold_bytes)
-    fleet = make_fleet(name, namespace, config.serving.control_port, cluster)
+    fleet = make_fleet(name, namespace, config, cluster, control_tokens)
     reading = _sensor_reading(name, namespace, spec, state, registry, cluster, config, adapters)
     reading, max_batch_size = _with_fleet(reading, fleet, state)
     effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
@@ -109,12 +108,7 @@ def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: 
                   multipart_copy_threshold: int = DEFAULT_MULTIPART_COPY_THRESHOLD) -> DraftRegistry:
     s3 = spec.storage.s3
     credentials = cluster.secret_data(namespace, s3.credentials_secret) if s3.credentials_secret else {}
-    client = boto3.client(
-        "s3", endpoint_url=s3.endpoint, region_name=s3.region or "us-east-1",
-        aws_access_key_id=credentials.get("AWS_ACCESS_KEY_ID"),
-        aws_secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
-        config=BotoConfig(s3={"addressing_style": "path"} if s3.endpoint else {}, connect_timeout=5,
-                          read_timeout=30, retries={"max_attempts": 2}))
+    client = S3_CLIENTS.client(s3.endpoint, s3.region or "us-east-1", credentials)  # reused while the keys are
     encryption = s3_encryption(spec.control.capture)  # the same settings the pods' writes carry
     return DraftRegistry(client, s3.bucket, registry_prefix(name, namespace, s3),
                          sse=encryption.algorithm, kms_key_id=encryption.kms_key_id,
@@ -122,14 +116,14 @@ def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: 
                          multipart_copy_threshold=multipart_copy_threshold)
 
 
-def make_fleet(name: str, namespace: str, control_port: int, cluster: Cluster) -> Fleet:
+def make_fleet(name: str, namespace: str, config: OperatorConfig, cluster: Cluster,
+               tokens: tuple[str, ...]) -> Fleet:
     """The pods' control routes on their own port, with the current token (and the previous one, if kept)."""
     pods = [ServingPod(p["metadata"]["name"], (p.get("status") or {}).get("podIP", ""), _ready(p))
             for p in cluster.pods(namespace, labels.serving_selector(name))
             if not p["metadata"].get("deletionTimestamp")]
-    tokens = accepted_tokens(cluster.secret_data(namespace, names.control_token_secret_name(name)))
     current, previous = (*tokens, "", "")[:2]
-    return Fleet(pods, control_port, current, previous)
+    return Fleet(pods, config.serving.control_port, current, previous, calls=config.pod_calls)
 
 
 def _ready(pod: dict[str, Any]) -> bool:

@@ -55,6 +55,7 @@ from tide_operator.pod_convergence import (
     DesiredDrafts,
     DesiredPods,
     DraftLoad,
+    already_serving,
     corrections,
     draft_swaps,
     swap_budget,
@@ -186,7 +187,8 @@ class ClusterEffects:
     def start_canary(self, action: act.StartCanary) -> None:
         """Exactly the pods the lifecycle chose (and recorded); one gone since is skipped."""
         source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "candidates", action.candidate)
-        self.fleet.load_draft(source, None, self.canary_pods(action.pods))
+        # A pod serving a candidate reports its run id as the version (its manifest names none).
+        self.fleet.load_draft(source, None, self._not_yet_serving(action.candidate, self.canary_pods(action.pods)))
         if self._bootstrap() is not None and self._current_pointer() is None:
             self._canary_speculates(self.canary_pods(action.pods), full_bands(self.spec.draft.num_speculative_tokens))
         elif action.speculate:  # the fleet does not speculate: the canary pods do, with the candidate's table
@@ -204,7 +206,8 @@ class ClusterEffects:
             raise EffectError(f"promote {action.candidate}: {e}") from e
         source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", pointer.version)
         try:  # the manifest's checksum as written at promotion, not as read back from the same prefix
-            self.fleet.load_draft(source, pointer.version, manifest_sha256=pointer.manifest_sha256)
+            self.fleet.load_draft(source, pointer.version, self._not_yet_serving(pointer.version, None),
+                                  manifest_sha256=pointer.manifest_sha256)
         except DraftRefused as e:
             # The pointer already names the new version: retry the load (promotion is idempotent
             # per run), never roll back a candidate that is already promoted.
@@ -305,8 +308,15 @@ class ClusterEffects:
             if self._bootstrap() is not None:  # back to the bootstrap head: back to K=0
                 self.fleet.set_speculation(False, None, pods)
             return
-        self.fleet.load_draft(s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", version), version, pods,
-                              manifest_sha256=manifest_sha256)
+        self.fleet.load_draft(s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", version), version,
+                              self._not_yet_serving(version, pods), manifest_sha256=manifest_sha256)
+
+    def _not_yet_serving(self, version: str, pods: Sequence[ServingPod] | None) -> list[ServingPod]:
+        """``pods`` (default: the ready ones) less those already serving ``version``: a retry after some
+        pods swapped (one was away) loads only the others; a pod whose status cannot be read is tried."""
+        statuses = self.fleet.statuses(ready_only=True)
+        targets = pods if pods is not None else [p for p in self.fleet.pods if p.ready]
+        return [p for p in targets if not already_serving(statuses.get(p.name), version, self.spec.target.revision)]
 
     # ---- start without a draft (bootstrap head, control/bootstrap.py) ---------------------------
     def _bootstrap(self) -> str | None:

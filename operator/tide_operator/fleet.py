@@ -2,11 +2,17 @@
 
 Pods are reached by pod IP on the plugin's control port (the NetworkPolicy lets only the operator
 in), authenticated with the per-deployment token from the control Secret.
+
+Each fan-out runs on a thread pool of its own (operator config podCalls.parallelism), every call with
+a deadline (the client's socket timeout, and a wait bounded by it), so a hung pod costs a pass one
+deadline instead of holding it for the sum of every pod's timeout.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,9 +26,10 @@ from tide_contracts.serving_control import (
     SpeculationRequest,
 )
 from tide_operator.api.conditions import Reason
+from tide_operator.config import PodCallsConfig
 from tide_operator.control_loop import DraftRefused, EffectError
 
-ClientFactory = Callable[[str, str], Any]
+ClientFactory = Callable[[str, str, float], Any]  # (base URL, token, timeout in seconds) -> client
 # Serving contract errors that say the draft's files are unfit (not that the pod is unwell).
 DRAFT_REFUSALS = {
     ErrorCode.CHECKSUM_MISMATCH: Reason.CHECKSUM_MISMATCH,
@@ -64,19 +71,48 @@ class ServingPod:
     ready: bool
 
 
+class NoAnswer(OSError):
+    """The call's deadline passed before the pod answered (it may still finish: calls are idempotent)."""
+
+    def __init__(self, deadline_s: float) -> None:
+        super().__init__(f"no answer within {deadline_s:g} s")
+
+
 class Fleet:
     def __init__(self, pods: Sequence[ServingPod], port: int, token: str, previous_token: str = "",
-                 client_factory: ClientFactory = ServingControlClient) -> None:
-        self.pods = [p for p in pods if p.ip]
+                 client_factory: ClientFactory = ServingControlClient, calls: PodCallsConfig | None = None) -> None:
+        self.pods = sorted((p for p in pods if p.ip), key=lambda p: p.name)
         self.port, self.token, self.previous_token, self._client = port, token, previous_token, client_factory
+        self.calls = calls or PodCallsConfig()
         self._statuses: dict[bool, dict[str, ServingStatus | None]] = {}  # by ready_only, until a pod is told
 
-    def client(self, pod: ServingPod) -> Any:
-        url = f"http://{pod.ip}:{self.port}"
-        current = self._client(url, self.token)
-        return _RotatingClient(current, self._client(url, self.previous_token)) if self.previous_token else current
+    def client(self, pod: ServingPod, timeout_s: float | None = None) -> Any:
+        url, timeout = f"http://{pod.ip}:{self.port}", timeout_s or self.calls.status_deadline_seconds
+        current = self._client(url, self.token, timeout)
+        return _RotatingClient(current, self._client(url, self.previous_token, timeout)) if self.previous_token else (
+            current)
 
-    def _each(self, what: str, call: Callable[[Any], Any], pods: Sequence[ServingPod] | None = None) -> None:
+    def _call_all(self, pods: Sequence[ServingPod], call: Callable[[Any], Any],
+                  deadline_s: float) -> dict[str, Any]:
+        """Each pod's answer, or the exception it raised (NoAnswer past its deadline), by pod name.
+
+        The wait is bounded by deadline x rounds of the pool; a call still running then is left to its
+        socket timeout (the same deadline) on a thread the pass no longer waits for.
+        """
+        pods = sorted(pods, key=lambda p: p.name)
+        if not pods:
+            return {}
+        workers = min(self.calls.parallelism, len(pods))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tide-pod-call")
+        try:
+            futures = {pod.name: pool.submit(call, self.client(pod, deadline_s)) for pod in pods}
+            wait(futures.values(), timeout=deadline_s * math.ceil(len(pods) / workers) + 0.05)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        return {name: _outcome(future, deadline_s) for name, future in futures.items()}
+
+    def _each(self, what: str, call: Callable[[Any], Any], pods: Sequence[ServingPod] | None = None,
+              deadline_s: float | None = None) -> None:
         """Call every (ready) pod; one failure fails the effect, naming each pod and why.
 
         A pod that refused a draft's files (it verifies before it swaps, so it still serves the
@@ -84,14 +120,15 @@ class Fleet:
         """
         self._statuses.clear()  # what the pods report may change now
         failures, refusals, restarts = [], [], 0
-        for pod in pods if pods is not None else [p for p in self.pods if p.ready]:
-            try:
-                call(self.client(pod))
-            except (ServingControlError, OSError) as e:
-                failures.append(f"{pod.name}: {e}")
+        targets = pods if pods is not None else [p for p in self.pods if p.ready]
+        for name, e in self._call_all(targets, call, deadline_s or self.calls.switch_deadline_seconds).items():
+            if isinstance(e, (ServingControlError, OSError)):
+                failures.append(f"{name}: {e}")
                 if isinstance(e, ServingControlError) and e.code in DRAFT_REFUSALS:
                     refusals.append(DRAFT_REFUSALS[e.code])
                 restarts += isinstance(e, ServingControlError) and e.code is ErrorCode.RESTART_REQUIRED
+            elif isinstance(e, BaseException):
+                raise e  # not a pod's answer: a bug, as when the calls ran one by one
         message = f"{what} failed on {len(failures)} pod(s): " + "; ".join(failures)
         if refusals:
             raise DraftRefused(refusals[0], message)
@@ -115,17 +152,26 @@ class Fleet:
     def load_draft(self, source: str, version: str | None, pods: Sequence[ServingPod] | None = None,
                    manifest_sha256: str | None = None) -> None:
         request = DraftLoadRequest(source=source, version=version, manifest_sha256=manifest_sha256)
-        self._each(f"loading draft {version or source}", lambda c: c.load_draft(request), pods)
+        self._each(f"loading draft {version or source}", lambda c: c.load_draft(request), pods,
+                   self.calls.draft_load_deadline_seconds)
 
     def statuses(self, ready_only: bool = False) -> dict[str, ServingStatus | None]:
         """Each pod's status, None where it did not answer; read once until a call changes a pod
         (one pass asks for the batch cap, the canary's pods and the stragglers)."""
         if ready_only not in self._statuses:
-            out: dict[str, ServingStatus | None] = {}
-            for pod in (p for p in self.pods if p.ready or not ready_only):
-                try:
-                    out[pod.name] = self.client(pod).status()
-                except (ServingControlError, OSError):
-                    out[pod.name] = None
-            self._statuses[ready_only] = out
+            answers = self._call_all([p for p in self.pods if p.ready or not ready_only], lambda c: c.status(),
+                                     self.calls.status_deadline_seconds)
+            for answer in answers.values():
+                if isinstance(answer, BaseException) and not isinstance(answer, (ServingControlError, OSError)):
+                    raise answer
+            self._statuses[ready_only] = {name: None if isinstance(answer, BaseException) else answer
+                                          for name, answer in answers.items()}
         return dict(self._statuses[ready_only])
+
+
+def _outcome(future: Future[Any], deadline_s: float) -> Any:
+    """The call's result, or the exception it raised (returned, not raised), or NoAnswer."""
+    if future.cancelled() or not future.done():  # still running, or never started (the pool was shut down)
+        return NoAnswer(deadline_s)
+    error = future.exception()
+    return error if error is not None else future.result()

@@ -15,15 +15,16 @@ import kopf
 import yaml
 from kubernetes.client.rest import ApiException
 
-from tide_operator import control_step, metrics
+from tide_operator import control_step, metrics, watch_cache
 from tide_operator.api import GROUP, PLURAL, VERSION
 from tide_operator.api.messages import bounded_message
 from tide_operator.artifacts import ArtifactsRefused, ArtifactsUnreachable, delete_deployment_artifacts
 from tide_operator.capture_retention import stop_capture_writers
-from tide_operator.cluster import Cluster
+from tide_operator.cluster import Cluster, set_request_timeout
 from tide_operator.config import OperatorConfig, load_operator_config
-from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION
+from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION, unconsumed
 from tide_operator.manifests.control_token import ROTATE_ANNOTATION
+from tide_operator.manifests.labels import DEPLOYMENT_LABEL
 from tide_operator.prometheus_adapter import AdapterConfig, PrometheusAdapters
 from tide_operator.reconcile import reconcile
 from tide_operator.retention_timer import retention_pass
@@ -41,6 +42,10 @@ def load_config() -> OperatorConfig:
 
 
 CONFIG = load_config()
+set_request_timeout(CONFIG.kubernetes)  # every Cluster() below: its API calls time out
+# Whether every namespace is watched (__main__ sets it): only then do the watched pods show every GPU
+# in use; a namespaced operator lists pods for placement (watch_cache.py).
+CLUSTERWIDE = True
 # One adapter per endpoint: deployments sharing a Prometheus share its queries.
 PROMETHEUS = PrometheusAdapters(AdapterConfig(window_s=CONFIG.prometheus_window_seconds,
                                               interval_s=CONFIG.prometheus_interval_seconds))
@@ -56,6 +61,18 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.loggers = False  # Events are ours, one per decision, not one per log line
     settings.execution.max_workers = 4
     settings.watching.server_timeout = 300
+
+
+# Watch caches (watch_cache.py): our own pods and Jobs, every node, and the GPUs pods hold per node.
+kopf.index("", "v1", "pods", labels={DEPLOYMENT_LABEL: kopf.PRESENT}, id="tide_pods")(watch_cache.tide_object)
+kopf.index("batch", "v1", "jobs", labels={DEPLOYMENT_LABEL: kopf.PRESENT}, id="tide_jobs")(watch_cache.tide_object)
+kopf.index("", "v1", "nodes", id="gpu_nodes")(watch_cache.gpu_node)
+kopf.index("", "v1", "pods", id="gpu_requests")(watch_cache.gpu_request)
+
+
+def cluster(kwargs: dict[str, Any]) -> Cluster:
+    """The Kubernetes adapter for one handler call, reading pods, Jobs and nodes from the watch caches."""
+    return Cluster(cache=watch_cache.WatchCache.from_kwargs(kwargs, clusterwide=CLUSTERWIDE))
 
 
 def adopt(body: kopf.Body) -> Any:
@@ -83,13 +100,18 @@ def adopt(body: kopf.Body) -> Any:
 # Kopf's default 60 s, which let an outage of seconds cost a canary its measurements.
 @kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.resync_interval_seconds, backoff=CONFIG.resync_interval_seconds,
             id="reconcile-resync")
-def reconcile_tide_deployment(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+def reconcile_tide_deployment(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+    namespace, name = body.metadata.namespace or "", body.metadata.name or ""
     with metrics.reconcile_timer():
-        result = reconcile(dict(body), Cluster(), CONFIG, adopt(body), PROMETHEUS)
+        result = reconcile(_without_consumed(body, namespace, name), cluster(kwargs), CONFIG, adopt(body),
+                           PROMETHEUS)
     write_status(patch, body.get("status") or {}, result.status)
     for key in result.consumed:  # merge patch: null removes the annotation
         patch.metadata.annotations[key] = None
-    namespace, name = body.metadata.namespace or "", body.metadata.name or ""
+    if result.consumed:
+        annotations = body.metadata.annotations or {}
+        _CONSUMED[(namespace, name)] = (str(body.metadata.get("resourceVersion") or ""),
+                                        {key: annotations.get(key, "") for key in result.consumed})
     metrics.observe_status(namespace, name, result.status)
     for note in result.events:
         post_event(body, note.type, note.reason, note.message)
@@ -100,6 +122,22 @@ def reconcile_tide_deployment(body: kopf.Body, patch: kopf.Patch, **_: Any) -> N
     for applied in result.applied:
         if applied.action != "unchanged":
             log.info("%s %s %s %s", applied.action, applied.kind, applied.name, ", ".join(applied.drift))
+
+
+# Requests (control/manual.py) a pass acted on, by the resourceVersion of the body it read: another
+# handler of the same event, or a timer, reads that body before the annotation's removal lands and must
+# not act on them again. Any newer version (the removal, a new request) is read as it is.
+_CONSUMED: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
+
+
+def _without_consumed(body: kopf.Body, namespace: str, name: str) -> dict[str, Any]:
+    plain = dict(body)
+    version, consumed = _CONSUMED.get((namespace, name), ("", {}))
+    if consumed and version == body.metadata.get("resourceVersion"):
+        meta = dict(plain.get("metadata") or {})
+        meta["annotations"] = unconsumed(meta.get("annotations") or {}, consumed)
+        plain["metadata"] = meta
+    return plain
 
 
 def post_event(body: kopf.Body, type_: str, reason: str, message: str) -> None:
@@ -129,9 +167,9 @@ def _deletes_s3_data(spec: kopf.Spec, **_: Any) -> bool:
 # Objects that delete S3 data on deletion (captures by default: tenant data) get this handler and so
 # the finalizer; it gives up after config.deleteAttempts failures, so a namespace never hangs on S3.
 @kopf.on.delete(GROUP, VERSION, PLURAL, id="delete-artifacts", when=_deletes_s3_data)
-def delete_artifacts(body: kopf.Body, spec: kopf.Spec, retry: int, **_: Any) -> None:
+def delete_artifacts(body: kopf.Body, spec: kopf.Spec, retry: int, **kwargs: Any) -> None:
     everything = bool(_s3_spec(spec).get("deleteArtifactsOnDelete"))
-    if retry < WRITER_STOP_ATTEMPTS and _capture_writers_running(body):
+    if retry < WRITER_STOP_ATTEMPTS and _capture_writers_running(body, cluster(kwargs)):
         raise kopf.TemporaryError("waiting for the serving pods to stop writing captures", delay=DELETE_RETRY_DELAY_S)
     try:
         if everything:
@@ -151,20 +189,20 @@ def delete_artifacts(body: kopf.Body, spec: kopf.Spec, retry: int, **_: Any) -> 
     post_event(body, "Normal", "ArtifactsDeleted", f"deleted {deleted} {what}")
 
 
-def _capture_writers_running(body: kopf.Body) -> bool:
+def _capture_writers_running(body: kopf.Body, pods_from: Cluster) -> bool:
     """Scale the serving pods to zero first: shards they flush on the way out would outlive the delete."""
     meta = body.metadata
     try:
-        return stop_capture_writers(meta.name or "", meta.namespace or "", meta.uid or "", Cluster())
+        return stop_capture_writers(meta.name or "", meta.namespace or "", meta.uid or "", pods_from)
     except ApiException as e:  # cannot tell: delete now rather than hold the namespace
         log.warning("stopping the serving pods of %s/%s before deleting captures: %s", meta.namespace, meta.name, e)
         return False
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.capture_prune_interval_seconds, id="prune-captures")
-def prune_captures(body: kopf.Body, **_: Any) -> None:
+def prune_captures(body: kopf.Body, **kwargs: Any) -> None:
     """Capture retention on its own cadence: whatever Prometheus and the lifecycle are doing."""
-    for note in retention_pass(dict(body), Cluster(), CONFIG):
+    for note in retention_pass(dict(body), cluster(kwargs), CONFIG):
         post_event(body, note.type, note.reason, note.message)
         if note.action:
             metrics.record_decision(note.action, note.reason, body.metadata.namespace or "", body.metadata.name or "")
@@ -175,3 +213,4 @@ def forget_metrics(body: kopf.Body, **_: Any) -> None:
     namespace, name = body.metadata.namespace or "", body.metadata.name or ""
     metrics.forget(namespace, name)
     control_step.forget(namespace, name)
+    _CONSUMED.pop((namespace, name), None)

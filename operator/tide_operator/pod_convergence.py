@@ -159,3 +159,13 @@ def draft_swaps(statuses: Mapping[str, ServingStatus | None], desired: DesiredDr
         if status.draft.version != load.version:
             out.append(DraftSwap(name, load, status.draft.version))
     return out[:max(0, limit)]
+
+
+def already_serving(status: ServingStatus | None, version: str, target_revision: str) -> bool:
+    """The pod reports ``version`` for ``target_revision``: a load of it would re-download and re-swap the
+    same files (a promoted vN is written once). A pod whose status is unknown is not: it is tried.
+
+    The serving contract reports no manifest checksum (DraftInfo), so the version name is the check.
+    """
+    return (status is not None and status.draft is not None and status.draft.version == version
+            and status.draft.target_revision == target_revision)

@@ -52,16 +52,17 @@ NAMESPACED = (
     Grant("policy", ("poddisruptionbudgets",), ("get", "create", "patch", "delete"),
           "the vLLM pods' PodDisruptionBudget: like the Deployment; deleted when spec.inference.disruption "
           "is disabled"),
-    Grant("batch", ("jobs",), ("get", "list", "create", "delete"),
-          "trainer Jobs: read before create or delete (owner UID), listed by the training sensor"),
+    Grant("batch", ("jobs",), ("get", "list", "watch", "create", "delete"),
+          "trainer Jobs: read before create or delete (owner UID); watched for the training sensor's cache"),
     Grant("", ("events",), ("create",), "Kopf posts core/v1 Events, one per decision"),
 )
 
 # Across the cluster in both modes: what placement reads, and Kopf's discovery of the CRD.
 CLUSTER = (
-    Grant("", ("nodes",), ("list",), "GPU nodes, their labels and allocatable GPUs (placement)"),
-    Grant("", ("pods",), ("list",),
-          "GPUs already requested on each node by pods of every namespace (placement); a deployment's own pods"),
+    Grant("", ("nodes",), ("list", "watch"), "GPU nodes, their labels and allocatable GPUs (placement's cache)"),
+    Grant("", ("pods",), ("list", "watch"),
+          "GPUs already requested on each node by pods of every namespace (placement: watched, or listed by "
+          "an operator that watches listed namespaces); a deployment's own pods (watched)"),
     Grant("apiextensions.k8s.io", ("customresourcedefinitions",), ("list", "watch"),
           "Kopf notices the TideDeployment CRD installed or changed after the operator started"),
 )
@@ -92,7 +93,6 @@ UNSEEN_IN_A_SERVING_RUN: dict[Permission, str] = {
                                                   "(unit: test_reconcile_capacity)",
     ("batch", "jobs", "create"): "a trainer Job starts only once enough captures are buffered (test_promotion)",
     ("batch", "jobs", "delete"): "a trainer Job the control loop cancels (unit: test_effect_reasons)",
-    ("batch", "jobs", "list"): "the training sensor lists Jobs only while a training run is open (test_promotion)",
 }
 
 

@@ -30,7 +30,7 @@ from tide_operator.control.storage_tenancy import storage_violations, with_stora
 from tide_operator.control_step import run_control
 from tide_operator.cost_profile_source import ProfilePoints, read_cost_profile
 from tide_operator.manifests import labels, names
-from tide_operator.manifests.control_token import control_token_secret, rotation_request
+from tide_operator.manifests.control_token import control_token_secret, rotation_request, tokens_of
 from tide_operator.manifests.disruption import KIND as DISRUPTION_BUDGET
 from tide_operator.manifests.disruption import build_disruption_budget
 from tide_operator.manifests.ownership import ChildConflict, conflict, describe
@@ -86,15 +86,16 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
         invalid(draft, *missing)
         return _result(draft)
 
-    placement = _place(spec, cluster, config, name, draft.status)
+    placement = _place(spec, cluster, config, namespace, name, draft.status)
     if not placement.inference.ok:  # no class allowed at all; without free GPUs the pass goes on
         mark_unscheduled(draft, placement)
         return _result(draft)
     scheduled(draft, placement)
 
-    applied = _own_and_apply(meta, spec, placement, config, cluster, adopt, draft)
-    if applied is None:
+    owned = _own_and_apply(meta, spec, placement, config, cluster, adopt, draft)
+    if owned is None:
         return _result(draft)
+    applied, control_tokens = owned
     deployment = cluster.deployment(namespace, names.serving_name(name)) or {}
     observed = deployment.get("status") or {}
     serving(draft, ServingObservation(replicas=spec.inference.replicas,
@@ -102,7 +103,8 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
                                       selector=labels.serving_selector(name)))
     if adapters is not None and draft.status.phase is Phase.SERVING and not bootstrap_pending(draft.status):
         run_control(name, namespace, spec, placement, draft, cluster, config, adopt, adapters,
-                    profile_points=profile_points, manual=manual_request(meta.get("annotations")))
+                    profile_points=profile_points, manual=manual_request(meta.get("annotations")),
+                    control_tokens=control_tokens)
     return _result(draft, applied)
 
 
@@ -148,8 +150,11 @@ def child_names(name: str, status: TideDeploymentStatus, uid: str) -> list[tuple
 
 
 def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Placement, config: OperatorConfig,
-                   cluster: Cluster, adopt: Any, draft: StatusDraft) -> tuple[Applied, ...] | None:
-    """Apply the children, or None with a ChildConflict when an object named like one is not ours."""
+                   cluster: Cluster, adopt: Any, draft: StatusDraft,
+                   ) -> tuple[tuple[Applied, ...], tuple[str, ...]] | None:
+    """Apply the children, or None with a ChildConflict when an object named like one is not ours.
+
+    Also the control tokens of the Secret just applied (the pods' calls use them, rotated or kept)."""
     name, namespace = meta["name"], meta["namespace"]
     live = {(kind, child): cluster.read(kind, namespace, child)
             for kind, child in child_names(name, draft.status, meta.get("uid", ""))}
@@ -165,7 +170,7 @@ def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Pl
         token = control_token_secret(name, namespace, live[("Secret", names.control_token_secret_name(name))],
                                      rotation_request(meta), draft.now, config.serving.token_rotation_grace_seconds)
         applied = _apply_children(name, namespace, spec, placement, config, cluster, adopt, live, token, bootstrap)
-        return applied + _apply_disruption_budget(meta, spec, cluster, adopt, live)
+        return applied + _apply_disruption_budget(meta, spec, cluster, adopt, live), tokens_of(token)
     except ChildConflict as e:  # lost a race to someone else's object between the read and the write
         child_conflict(draft, str(e))
         return None
@@ -214,9 +219,9 @@ def observed_status(body: dict[str, Any]) -> TideDeploymentStatus:
 STATUS_FIELDS = {field.alias or name for name, field in TideDeploymentStatus.model_fields.items()}
 
 
-def _place(spec: TideDeploymentSpec, cluster: Cluster, config: OperatorConfig, name: str,
+def _place(spec: TideDeploymentSpec, cluster: Cluster, config: OperatorConfig, namespace: str, name: str,
            status: TideDeploymentStatus) -> Placement:
-    nodes = cluster.node_inventory(exclude_label=(labels.DEPLOYMENT_LABEL, name))
+    nodes = cluster.node_inventory(exclude=(namespace, name))
     inference = PoolRequest(allowed=spec.inference.gpu_classes or None, units=spec.inference.replicas,
                             gpus_per_unit=spec.inference.gpus_per_replica)
     training = PoolRequest(allowed=spec.training.gpu_classes or None, units=1,

@@ -210,7 +210,7 @@ def test_drift_is_repaired(kube, namespace, operator):
              == args, "the hand-edited container args to be restored")
 
 
-def test_an_unchanged_object_costs_zero_writes_per_pass(kube, namespace, operator, plane):
+def test_an_unchanged_object_costs_zero_writes_and_zero_lists_per_pass(kube, namespace, operator, plane):
     apply_td(kube, namespace)
     audit = AuditLog(plane.audit_log)
     # Let the rollout settle (status flips are legitimate writes), then watch several resyncs.
@@ -221,6 +221,9 @@ def test_an_unchanged_object_costs_zero_writes_per_pass(kube, namespace, operato
     time.sleep(8)  # four resync intervals of 2 s
     writes = [w for w in audit.writes(OPERATOR_USER, since=mark) if w.namespace == namespace]
     assert writes == [], [str(w) for w in writes]
+    # Pods, nodes and Jobs come from watch caches (watch_cache.py): a pass lists nothing, in any namespace.
+    lists = [c for c in audit.calls(OPERATOR_USER, since=mark) if c.verb == "list"]
+    assert lists == [], [str(c) for c in lists]
 
 
 def test_deleting_the_tide_deployment_removes_its_children(kube, namespace, operator):

@@ -47,6 +47,15 @@ def manual_request(annotations: Mapping[str, str] | None) -> ManualRequest:
                          rollback=ROLLBACK_ANNOTATION in present, keys=tuple(sorted(present)))
 
 
+def unconsumed(annotations: Mapping[str, str], consumed: Mapping[str, str]) -> dict[str, str]:
+    """The annotations without the requests a pass already acted on in this same version of the object.
+
+    Kopf runs every handler of one event on the same body and patches after the last, so a second pass
+    in that cycle (or a timer in between) would see a request its predecessor consumed.
+    """
+    return {key: value for key, value in annotations.items() if consumed.get(key) != value}
+
+
 @dataclass(frozen=True)
 class Refusal:
     annotation: str

@@ -56,6 +56,12 @@ def accepted_tokens(data: dict[str, str]) -> tuple[str, ...]:
     return tuple(t for t in (data.get(CONTROL_AUTH_KEY, ""), data.get(PREVIOUS_AUTH_KEY, "")) if t)
 
 
+def tokens_of(secret: dict[str, Any]) -> tuple[str, ...]:
+    """accepted_tokens of a Secret object as built here (base64 data): the pass hands the one it just
+    applied to the pod calls, so they need no second read and a rotation applies in the same pass."""
+    return accepted_tokens(_decoded(secret))
+
+
 def _before(now: datetime, expires: str) -> bool:
     try:
         return now < datetime.fromisoformat(expires)

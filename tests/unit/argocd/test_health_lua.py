@@ -76,7 +76,7 @@ def test_the_status_of_a_pool_without_capacity_is_progressing_never_degraded() -
     from tide_operator.reconcile import reconcile
 
     class NoGpuCluster:
-        def node_inventory(self, exclude_label: Any = None) -> list[NodeInventory]:
+        def node_inventory(self, exclude: Any = None) -> list[NodeInventory]:
             return [NodeInventory("cpu-0", {}, {})]
 
         def read(self, kind: str, namespace: str, name: str) -> None:

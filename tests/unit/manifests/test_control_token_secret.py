@@ -86,10 +86,10 @@ def test_a_pod_without_the_new_token_yet_is_called_again_with_the_previous_one()
     calls: list[str] = []
     accepts = {"http://10.0.0.1:8081": "two", "http://10.0.0.2:8081": "one"}  # the second pod's kubelet lags
     fleet = Fleet([ServingPod("a", "10.0.0.1", True), ServingPod("b", "10.0.0.2", True)], 8081, "two", "one",
-                  client_factory=lambda url, token: FakePod(accepts[url], calls, token))
+                  client_factory=lambda url, token, timeout_s: FakePod(accepts[url], calls, token))
     assert [fleet.client(p).status() for p in fleet.pods] == ["ok", "ok"]
     assert calls == ["two", "two", "one"]
     alone = Fleet([ServingPod("b", "10.0.0.2", True)], 8081, "three",
-                  client_factory=lambda url, token: FakePod(accepts[url], calls, token))
+                  client_factory=lambda url, token, timeout_s: FakePod(accepts[url], calls, token))
     with pytest.raises(ServingControlError):  # no previous token kept: a 401 is an error
         alone.client(alone.pods[0]).status()

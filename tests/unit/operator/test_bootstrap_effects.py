@@ -19,7 +19,7 @@ def effects(pods: dict[str, FakePod], registry: FakeRegistry, initial: str | Non
     ips = {name: f"10.0.0.{i}" for i, name in enumerate(sorted(pods), 1)}
     clients = {f"http://{ips[n]}:8081": pod for n, pod in pods.items()}
     fleet = Fleet([ServingPod(n, ips[n], True) for n in sorted(pods)], 8081, "t",
-                  client_factory=lambda url, token: clients[url])
+                  client_factory=lambda url, token, timeout_s: clients[url])
     spec = parse_spec({"target": {"model": "m", "revision": "r1"}, "draft": {"initial": initial} if initial else {},
                        "storage": {"s3": {"bucket": "tide"}}})
     return ClusterEffects("chat", "team", spec, None, None, None, fleet, registry, None)  # type: ignore[arg-type]

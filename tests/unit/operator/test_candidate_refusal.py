@@ -50,7 +50,7 @@ class RefusingPod:
 def fleet_answering(*codes: ErrorCode | None) -> Fleet:
     pods = [ServingPod(f"chat-vllm-{i}", f"10.0.0.{i}", True) for i in range(len(codes))]
     by_url = {f"http://{p.ip}:8000": RefusingPod(c) for p, c in zip(pods, codes, strict=True)}
-    return Fleet(pods, 8000, "token", client_factory=lambda url, token: by_url[url])
+    return Fleet(pods, 8000, "token", client_factory=lambda url, token, timeout_s: by_url[url])
 
 
 @pytest.mark.parametrize(("codes", "reason"), [
@@ -87,6 +87,9 @@ class RecordingFleet:
             raise DraftRefused("ChecksumMismatch", f"{source}: sha256 differs")
         self.loads.append((source, version))
         self.manifest_checksums.append(manifest_sha256)
+
+    def statuses(self, ready_only: bool = False) -> dict[str, Any]:
+        return {}  # no pod reports a draft: none is skipped
 
 
 def candidate(registry: DraftRegistry, run_id: str, *, corrupt: bool = False) -> None:

@@ -27,7 +27,7 @@ class ReadOnlyCluster:
     def __init__(self, live: dict[tuple[str, str], dict]) -> None:
         self.live = live
 
-    def node_inventory(self, exclude_label: Any = None) -> list[NodeInventory]:
+    def node_inventory(self, exclude: Any = None) -> list[NodeInventory]:
         return [NodeInventory(f"h100-{i}", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, {"nvidia.com/gpu": 8})
                 for i in range(2)]
 

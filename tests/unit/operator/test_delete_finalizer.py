@@ -27,7 +27,7 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
         return 2
 
     monkeypatch.setattr(handlers, "delete_deployment_artifacts", delete)
-    monkeypatch.setattr(handlers, "Cluster", object)
+    monkeypatch.setattr(handlers, "Cluster", lambda **_: object())
     monkeypatch.setattr(handlers, "stop_capture_writers", lambda *a: bool(seen["writers"]))
     monkeypatch.setattr(handlers, "post_event", lambda _b, kind, reason, message: seen["events"].append(
         (kind, reason, message)))

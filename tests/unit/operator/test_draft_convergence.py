@@ -86,6 +86,8 @@ class FakePod:
 
     def load_draft(self, request: Any) -> None:
         self.loads.append((request.source, request.version, request.manifest_sha256))
+        # As the plugin: the manifest's version, else the source's last path segment (a candidate's run id).
+        self.reported = status(request.version or request.source.rstrip("/").rsplit("/", 1)[-1])
 
 
 class FakeRegistry:
@@ -108,7 +110,7 @@ def effects(pods: dict[str, FakePod], registry: FakeRegistry, ready: set[str] | 
     ips = {name: f"10.0.0.{i}" for i, name in enumerate(sorted(pods), 1)}
     clients = {f"http://{ips[n]}:8081": pod for n, pod in pods.items()}
     fleet = Fleet([ServingPod(n, ips[n], ready is None or n in ready) for n in sorted(pods)], 8081, "t",
-                  client_factory=lambda url, token: clients[url])
+                  client_factory=lambda url, token, timeout_s: clients[url])
     spec = parse_spec({"target": {"model": "m", "revision": "r1"}, "draft": {"initial": "/drafts/launch"},
                        "storage": {"s3": {"bucket": "tide"}}})
     return ClusterEffects("chat", "team", spec, None, None, None, fleet, registry, None)  # type: ignore[arg-type]
@@ -170,6 +172,9 @@ class CountingPod(FakePod):
     def status(self) -> ServingStatus:
         self.asked += 1
         return self.reported
+
+    def load_draft(self, request: Any) -> None:
+        self.loads.append((request.source, request.version, request.manifest_sha256))  # keeps reporting its version
 
 
 def test_one_pass_reads_the_pods_once_until_one_is_told_something() -> None:

@@ -75,7 +75,7 @@ class FakeCluster:
     def secret_data(self, namespace: str, name: str) -> dict[str, str]:
         return {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret", "token": "t"}
 
-    def node_inventory(self, exclude_label: Any = None) -> list[NodeInventory]:
+    def node_inventory(self, exclude: Any = None) -> list[NodeInventory]:
         return [NodeInventory(f"{gpu.name.lower()}-{i}", {gpu.node_labels[0].key: gpu.node_labels[0].values[0]},
                               {gpu.resource_name: 16})
                 for gpu in self.config.catalog.gpu_classes for i in range(64)]

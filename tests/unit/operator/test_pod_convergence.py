@@ -79,7 +79,7 @@ def test_the_fleet_switches_only_the_pod_that_started_late() -> None:
     old, new = FakePod(status()), FakePod(status(speculation=True, capture=False))
     clients = {"http://10.0.0.1:8000": old, "http://10.0.0.2:8000": new}
     fleet = Fleet([ServingPod("chat-a", "10.0.0.1", True), ServingPod("chat-b", "10.0.0.2", True)], 8000, "t",
-                  client_factory=lambda url, token: clients[url])
+                  client_factory=lambda url, token, timeout_s: clients[url])
     spec = parse_spec({"target": {"model": "m", "revision": "r1"}, "storage": {"s3": {"bucket": "tide"}},
                        "control": {"capture": {"samplingPercent": 50}}})
     effects = ClusterEffects("chat", "team", spec, None, None, None, fleet, None, None)  # type: ignore[arg-type]
@@ -129,7 +129,7 @@ def h100_placement() -> Placement:
 def restart_only_effects(cluster: FakeCluster, *pods: FakePod) -> ClusterEffects:
     clients = {f"http://10.0.0.{i}:8000": pod for i, pod in enumerate(pods, 1)}
     fleet = Fleet([ServingPod(f"chat-{i}", f"10.0.0.{i}", True) for i in range(1, len(pods) + 1)], 8000, "t",
-                  client_factory=lambda url, token: clients[url])
+                  client_factory=lambda url, token, timeout_s: clients[url])
     spec = parse_spec({"target": {"model": "m", "revision": "r1"}, "draft": {"initial": "/drafts/launch"},
                        "storage": {"s3": {"bucket": "tide"}}})
     return ClusterEffects("chat", "team", spec, h100_placement(), OperatorConfig(), cluster,  # type: ignore[arg-type]

@@ -32,7 +32,7 @@ class RecordingCluster:
         self.applied: list[dict[str, Any]] = []
         self.deleted: list[tuple[str, str]] = []
 
-    def node_inventory(self, exclude_label: Any = None) -> list[NodeInventory]:
+    def node_inventory(self, exclude: Any = None) -> list[NodeInventory]:
         return self.nodes
 
     def read(self, kind: str, namespace: str, name: str) -> dict | None:
