@@ -6,6 +6,7 @@ ServiceAccount) and told apart by User-Agent in the apiserver's audit log:
 - SIGKILL A: B takes over within the lease duration plus a retry period and reconciles a change.
 - SIGTERM B with C waiting: B releases the Lease, C takes over at once (no lease duration to wait).
 - someone else writes the Lease under C: C exits non-zero at its next renewal, acting no more.
+- SIGTERM to a waiting follower D: it exits 0 at once and leaves the Lease as it is.
 """
 
 from __future__ import annotations
@@ -147,6 +148,17 @@ def test_one_leader_acts_and_a_follower_takes_over(plane, kube, namespace):
         c.process.wait(timeout=3 * DEFAULTS.retry_period_seconds + 5)
         assert c.process.returncode == 1
         assert "lost the lease" in c.log.read_text()
+
+        # A follower stopped while it waits exits at once and leaves the Lease alone.
+        d = replica(plane, namespace, "d")
+        replicas.append(d)
+        assert leader_gauge(d) == 0
+        stopped = time.monotonic()
+        d.stop()
+        assert d.process is not None
+        assert d.process.returncode == 0
+        assert time.monotonic() - stopped < 5
+        assert holder(kube, namespace) == "intruder"
     finally:
         for process in replicas:
             process.stop()
