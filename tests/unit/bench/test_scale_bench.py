@@ -114,3 +114,22 @@ def test_check_holds_on_a_flat_fleet_and_names_each_missed_target() -> None:
     assert check([replace(small, rss_mib=300.0), large]) == []
     assert check([replace(large, promql_queries=3600)]) == []
     assert check([]) == ["no measurement"]
+
+
+def test_the_fleets_spec_pools_and_config_are_accepted_by_the_operator_and_the_plane(tmp_path: Path) -> None:
+    from bench.scale import fleet
+    from tide_localcluster.nodepools import load_pools
+    from tide_operator.api.validation import parse_spec
+    from tide_operator.config import OperatorConfig, load_operator_config
+
+    for replicas in (0, 1):
+        parsed = parse_spec(fleet.spec("http://127.0.0.1:9000", replicas))
+        assert parsed.inference.replicas == replicas
+        assert not parsed.control.capture.enabled
+    nodes = load_pools(fleet.write_pools(tmp_path / "pools.yaml", 20)).nodes()
+    h100_gpus = sum(8 for n in nodes if n.labels.get("nvidia.com/gpu.product") == "NVIDIA-H100-80GB-HBM3")
+    assert h100_gpus >= 20 + 8  # every simulator pod, and a spare node
+    config = load_operator_config(fleet.operator_config(tmp_path / "scenario.yaml"))
+    defaults = OperatorConfig()  # the product's cadence, not the integration tests' 2 s
+    assert (config.resync_interval_seconds, config.prometheus_interval_seconds) == (
+        defaults.resync_interval_seconds, defaults.prometheus_interval_seconds)
