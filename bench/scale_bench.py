@@ -148,7 +148,8 @@ def start_cluster(args: argparse.Namespace, work: Path, stack: ExitStack) -> tup
     return info, fleet, pending
 
 
-def run(args: argparse.Namespace, work: Path) -> list[Measurement]:
+def run(args: argparse.Namespace, work: Path, rows: list[Measurement]) -> None:
+    """Measures each size into ``rows`` (the caller keeps what was measured if a later size fails)."""
     from tide_e2e.operator_install import OperatorProcess
 
     with ExitStack() as stack:
@@ -157,7 +158,6 @@ def run(args: argparse.Namespace, work: Path) -> list[Measurement]:
         stack.callback(operator.stop)
         say(f"operator pid {operator.process.pid}: resync {DEFAULTS.resync_interval_seconds:.0f}s, Prometheus "
             f"interval {DEFAULTS.prometheus_interval_seconds:.0f}s (product defaults)")
-        rows = []
         for size in args.sizes:
             with_pods = min(size, args.with_pods)
             say(f"N={size}: {with_pods} with a simulator pod, {size - with_pods} with replicas 0")
@@ -170,19 +170,22 @@ def run(args: argparse.Namespace, work: Path) -> list[Measurement]:
             if still != pending:
                 raise RuntimeError(f"{pending - still} unrelated pods left Pending: the scenario is broken")
             say("  " + table(rows[-1:])[1])
-        return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # SIGTERM as Ctrl-C: the finally blocks stop the operator, S3 and the plane either way.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    rows: list[Measurement] = []
     with tempfile.TemporaryDirectory(prefix="tide-scale-") as tmp:
         try:
-            rows = run(args, Path(tmp))
+            run(args, Path(tmp), rows)
         except KeyboardInterrupt:
             say("interrupted; everything was stopped")
             return 130
+        except BaseException:  # a later size failed: still print what the sizes before it measured
+            print("\n".join(["measured before the failure:", *table(rows)]) if rows else "nothing measured")
+            raise
     print(f"\nscale benchmark on {os.cpu_count()} CPUs, window {args.window:.0f}s, {args.pending} Pending pods:")
     print("\n".join(table(rows)))
     if args.json:
