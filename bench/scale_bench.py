@@ -97,12 +97,14 @@ def snapshot(operator: Any, prometheus_url: str, audit_log: Path) -> dict[str, A
 
 
 def measure_window(size: int, with_pods: int, window_s: float, operator: Any, info: Any) -> Measurement:
-    audit_log, user = Path(info.audit_log), "tide-operator"
+    from tide_localcluster.plane import OPERATOR_USER
+
+    audit_log = Path(info.audit_log)
     with measure.PeakRss(operator.process.pid) as rss:
         before = snapshot(operator, info.prometheus_url, audit_log)
         time.sleep(window_s)
         after = snapshot(operator, info.prometheus_url, audit_log)
-    calls = measure.count_calls(audit_log, user, before["audit"], after["audit"])
+    calls = measure.count_calls(audit_log, OPERATOR_USER, before["audit"], after["audit"])
     say("  calls in the window: " + ", ".join(f"{k}={v}" for k, v in sorted(calls.by_call.items())))
     window = bucket_delta(after["buckets"], before["buckets"])
     passes = int(max((count for bound, count in window if bound == float("inf")), default=0))
@@ -172,10 +174,14 @@ def run(args: argparse.Namespace, work: Path, rows: list[Measurement]) -> None:
             say("  " + table(rows[-1:])[1])
 
 
+def _interrupt(*_: object) -> None:
+    """SIGTERM as Ctrl-C: the exit stack stops the operator, S3 and the plane either way."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # SIGTERM as Ctrl-C: the finally blocks stop the operator, S3 and the plane either way.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)
     rows: list[Measurement] = []
     with tempfile.TemporaryDirectory(prefix="tide-scale-") as tmp:
         try:
