@@ -55,7 +55,7 @@ fi
 log "installing the project (serving, test extras) into $VENV"
 constraints="$(mktemp)"
 trap 'rm -f "$constraints"' EXIT
-"$VENV/bin/pip" freeze --exclude-editable | grep -v -E '^(tide-operator|-e )' > "$constraints"
+"$VENV/bin/pip" freeze --exclude-editable | grep -v -E '^(tide-operator|-e |moto==)' > "$constraints"
 # Editable installs write build metadata into the checkout: one at a time (venv.sh does the same).
 quiet flock /tmp/tide-editable-install.lock "$VENV/bin/pip" install -c "$constraints" -e "$ROOT[serving,test]"
 "$VENV/bin/python" -c "import tide_serving, tide_contracts, vllm" >&2
