@@ -77,6 +77,10 @@ def create(kube, namespace: str, body: dict) -> None:
         "spec": copy.deepcopy(body)})
 
 
+def events_of_chat(kube, namespace: str) -> list:
+    return client.CoreV1Api(kube).list_namespaced_event(namespace, field_selector="involvedObject.name=chat").items
+
+
 def status(kube, namespace: str) -> dict:
     return client.CustomObjectsApi(kube).get_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "chat").get("status") or {}
@@ -139,15 +143,16 @@ def test_speculation_follows_load_without_flapping(kube, namespace, operator, s3
     replacement = wait_for(lambda: (serving_pod_names(kube, namespace) - before) or None, "a replacement pod",
                            timeout_s=60).pop()
     wait_for(lambda: pods_speculating(kube, namespace) == [False, False], "the new pod switched off", timeout_s=60)
-    events = client.CoreV1Api(kube).list_namespaced_event(namespace, field_selector="involvedObject.name=chat").items
-    assert any(e.reason == "PodsConverged" and f"{replacement}: speculation off" in e.message for e in events)
+    # The pod is switched mid-pass; Kopf posts the pass's Events after it, in the background.
+    wait_for(lambda: any(e.reason == "PodsConverged" and f"{replacement}: speculation off" in e.message
+                         for e in events_of_chat(kube, namespace)), "a PodsConverged Event naming it", timeout_s=30)
 
     # 3. Load falls: on again.
     scenario_file.write_text(yaml.safe_dump(scenario(4)))
     wait_for(lambda: speculation_is(kube, namespace, True), "speculation back on", timeout_s=120)
     wait_for(lambda: pods_speculating(kube, namespace) == [True, True], "pods switched on", timeout_s=30)
-    events = client.CoreV1Api(kube).list_namespaced_event(namespace, field_selector="involvedObject.name=chat").items
-    assert sum(1 for e in events if "SetSpeculation" in (e.message or "")) >= 2
+    wait_for(lambda: sum(1 for e in events_of_chat(kube, namespace) if "SetSpeculation" in (e.message or "")) >= 2,
+             "two SetSpeculation Events", timeout_s=30)
 
 
 def test_prometheus_unreachable_holds_decisions_and_recovers(kube, namespace, operator, plane, s3, s3_endpoint):

@@ -2,7 +2,7 @@
 
 Three real operator processes, one after another, under the same user (as two pods share a
 ServiceAccount) and told apart by User-Agent in the apiserver's audit log:
-- A leads, B waits: every write of the run is A's, B only reads the Lease; the gauges say 1 and 0.
+- A leads, B waits: every write of the run is A's, B only gets the Lease; the gauges say 1 and 0.
 - SIGKILL A: B takes over within the lease duration plus a retry period and reconciles a change.
 - SIGTERM B with C waiting: B releases the Lease, C takes over at once (no lease duration to wait).
 - someone else writes the Lease under C: C exits non-zero at its next renewal, acting no more.
@@ -100,8 +100,12 @@ def test_one_leader_acts_and_a_follower_takes_over(plane, kube, namespace):
                           .get("status") or {}).get("phase"), "status written", timeout_s=60)
         time.sleep(2 * DEFAULTS.retry_period_seconds)  # more passes (resync 2 s), renewals and lease looks
         by_agent = audit.calls_by_agent(OPERATOR_USER, mark)
-        assert [agent for agent in by_agent if agent_of(a) not in agent] == []
-        a_writes = {(call.resource, call.verb) for call in next(iter(by_agent.values()))}
+        assert [agent for agent in by_agent if agent_of(a) not in agent and agent_of(b) not in agent] == []
+        # The follower only looks at the Lease (the plane audits this user's gets too).
+        assert {(call.verb, call.resource, call.name) for agent, calls in by_agent.items() if agent_of(b) in agent
+                for call in calls} <= {("get", "leases", LEASE)}
+        a_writes = {(call.resource, call.verb) for agent, calls in by_agent.items() if agent_of(a) in agent
+                    for call in calls}
         assert {("leases", "create"), ("leases", "update"), ("deployments", "create"),
                 ("tidedeployments/status", "patch")} <= a_writes
         assert "TideDeployment" not in b.log.read_text()
