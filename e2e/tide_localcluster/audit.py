@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class ApiCall:
     namespace: str
     name: str
     code: int
+    uri: str = field(default="", compare=False)  # path and query string: selectors, resourceVersion
 
     @property
     def permission(self) -> tuple[str, str, str]:
@@ -94,7 +95,7 @@ def _api_call(event: dict[str, Any]) -> ApiCall | None:
         return None
     resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
     return ApiCall(event["verb"], ref.get("apiGroup", ""), resource, ref.get("namespace", ""), ref.get("name", ""),
-                   _code(event))
+                   _code(event), event.get("requestURI", ""))
 
 
 def _code(event: dict[str, Any]) -> int:

@@ -76,6 +76,11 @@ class Applied:
     drift: tuple[str, ...] = ()
 
 
+def api_client() -> TimedApiClient:
+    """A client whose requests time out as the operator configuration says."""
+    return TimedApiClient(_DEFAULTS["request_timeout"])
+
+
 class Cluster:
     """``cache``: the operator's watch caches (watch_cache.py); without them (tests, one-off passes) the
     pods, Jobs and nodes are listed."""

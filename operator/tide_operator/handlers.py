@@ -20,9 +20,10 @@ from tide_operator.api import GROUP, PLURAL, VERSION
 from tide_operator.api.messages import bounded_message
 from tide_operator.artifacts import ArtifactsRefused, ArtifactsUnreachable, delete_deployment_artifacts
 from tide_operator.capture_retention import stop_capture_writers
-from tide_operator.cluster import Cluster, set_request_timeout
+from tide_operator.cluster import Cluster, api_client, set_request_timeout
 from tide_operator.config import OperatorConfig, load_operator_config
 from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION, unconsumed
+from tide_operator.gpu_request_watch import GpuRequestWatch
 from tide_operator.manifests.control_token import ROTATE_ANNOTATION
 from tide_operator.manifests.labels import DEPLOYMENT_LABEL
 from tide_operator.prometheus_adapter import AdapterConfig, PrometheusAdapters
@@ -46,6 +47,8 @@ set_request_timeout(CONFIG.kubernetes)  # every Cluster() below: its API calls t
 # Whether every namespace is watched (__main__ sets it): only then do the watched pods show every GPU
 # in use; a namespaced operator lists pods for placement (watch_cache.py).
 CLUSTERWIDE = True
+# The GPUs scheduled pods of every namespace hold, for placement (started by a cluster-wide operator).
+GPU_REQUESTS = GpuRequestWatch(api_client)
 # One adapter per endpoint: deployments sharing a Prometheus share its queries.
 PROMETHEUS = PrometheusAdapters(AdapterConfig(window_s=CONFIG.prometheus_window_seconds,
                                               interval_s=CONFIG.prometheus_interval_seconds))
@@ -61,18 +64,28 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.loggers = False  # Events are ours, one per decision, not one per log line
     settings.execution.max_workers = 4
     settings.watching.server_timeout = 300
+    # Only our own pods and Jobs reach Kopf's watches (the apiserver filters): the cluster's other pods
+    # are watched apart, and only those bound to a node (gpu_request_watch.py).
+    for resource in (("", "v1", "pods"), ("batch", "v1", "jobs")):
+        settings.watching.label_selectors[resource] = DEPLOYMENT_LABEL
 
 
-# Watch caches (watch_cache.py): our own pods and Jobs, every node, and the GPUs pods hold per node.
+@kopf.on.cleanup()
+def stop_watches(**_: Any) -> None:
+    GPU_REQUESTS.stop()
+
+
+# Watch caches (watch_cache.py): our own pods and Jobs, and every node; the GPUs pods hold per node.
 kopf.index("", "v1", "pods", labels={DEPLOYMENT_LABEL: kopf.PRESENT}, id="tide_pods")(watch_cache.tide_object)
 kopf.index("batch", "v1", "jobs", labels={DEPLOYMENT_LABEL: kopf.PRESENT}, id="tide_jobs")(watch_cache.tide_object)
 kopf.index("", "v1", "nodes", id="gpu_nodes")(watch_cache.gpu_node)
-kopf.index("", "v1", "pods", id="gpu_requests")(watch_cache.gpu_request)
 
 
 def cluster(kwargs: dict[str, Any]) -> Cluster:
     """The Kubernetes adapter for one handler call, reading pods, Jobs and nodes from the watch caches."""
-    return Cluster(cache=watch_cache.WatchCache.from_kwargs(kwargs, clusterwide=CLUSTERWIDE))
+    if CLUSTERWIDE:
+        GPU_REQUESTS.start()  # at the first pass: Kopf has logged in (the first placement lists pods itself)
+    return Cluster(cache=watch_cache.WatchCache.from_kwargs(kwargs, GPU_REQUESTS if CLUSTERWIDE else None))
 
 
 def adopt(body: kopf.Body) -> Any:

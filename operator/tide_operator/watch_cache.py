@@ -1,10 +1,12 @@
 """What a pass reads about pods, nodes and Jobs, kept current by watches instead of listed every pass.
 
 Kopf indexes (handlers register the functions below with ``@kopf.index``) hold, per event, only what
-the passes need: our own pods and Jobs (labelled tide.dev/deployment) by namespace, every node's GPU
-facts, and per node the GPUs that scheduled pods of every namespace request. A pass then reads memory:
-no LIST per pass whatever the number of TideDeployments or pods in the cluster (controller-runtime's
-informer caches do the same; Kopf also waits for every index's first listing before any handler runs).
+the passes need: our own pods and Jobs (labelled tide.dev/deployment; the watches carry that label
+selector, so the apiserver sends nothing else) by namespace, and every node's GPU facts. Per node, the
+GPUs that scheduled pods of every namespace request come from a watch of their own
+(gpu_request_watch.py). A pass then reads memory: no LIST per pass whatever the number of
+TideDeployments or pods in the cluster (controller-runtime's informer caches do the same; Kopf also
+waits for every index's first listing before any handler runs).
 
 Kopf updates the indexes on its event loop while passes run in worker threads, so a reader copies what
 it needs and copies again if an update landed mid-copy (``_copied``).
@@ -14,12 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from tide_operator.control.placement import NodeInventory
 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
-INDEXES = ("tide_pods", "tide_jobs", "gpu_nodes", "gpu_requests")  # the kwargs Kopf passes handlers
+INDEXES = ("tide_pods", "tide_jobs", "gpu_nodes")  # the kwargs Kopf passes handlers
 T = TypeVar("T")
 
 
@@ -36,7 +38,7 @@ class GpuRequest:
 # ---- index functions: body -> {key: value}; Kopf keeps one entry per object, gone with the object -----
 
 def tide_object(body: Mapping[str, Any], **_: Any) -> dict[str, dict[str, Any]] | None:
-    """Our pods and Jobs (the handler filters on the label), whole, by namespace."""
+    """Our pods and Jobs (the watch selects them by label), whole, by namespace."""
     return {body["metadata"]["namespace"]: _plain(body)}
 
 
@@ -50,7 +52,8 @@ def gpu_node(body: Mapping[str, Any], **_: Any) -> dict[None, NodeInventory]:
 
 
 def gpu_request(body: Mapping[str, Any], **_: Any) -> dict[str, GpuRequest] | None:
-    """Pods holding GPUs on a node; pending, finished and GPU-less pods are not kept at all."""
+    """Pods holding GPUs on a node; pending, finished and GPU-less pods are not kept at all (the watch
+    of gpu_request_watch.py does not even receive pending and finished ones)."""
     spec, status, meta = body.get("spec") or {}, body.get("status") or {}, body["metadata"]
     node = spec.get("nodeName")
     if not node or status.get("phase") in ("Succeeded", "Failed"):
@@ -79,6 +82,11 @@ def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
 
 # ---- the reader a pass uses ---------------------------------------------------------------------
 
+class HeldGpuSource(Protocol):
+    def by_node(self) -> Mapping[str, Iterable[GpuRequest]] | None:
+        """GPU requests of scheduled pods by node; None while not known yet (the pass lists instead)."""
+
+
 @dataclass(frozen=True)
 class WatchCache:
     """The indexes as Kopf passes them to a handler (a kopf.Index is a mapping of key -> values)."""
@@ -86,14 +94,13 @@ class WatchCache:
     pods: Mapping[Any, Iterable[Any]]
     jobs: Mapping[Any, Iterable[Any]]
     nodes: Mapping[Any, Iterable[Any]]
-    requests: Mapping[Any, Iterable[Any]] | None  # None: not every namespace is watched (list instead)
+    requests: HeldGpuSource | None  # None: not every namespace is watched (list instead)
 
     @classmethod
-    def from_kwargs(cls, kwargs: Mapping[str, Any], *, clusterwide: bool) -> WatchCache | None:
+    def from_kwargs(cls, kwargs: Mapping[str, Any], requests: HeldGpuSource | None) -> WatchCache | None:
         if not all(name in kwargs for name in INDEXES):
             return None  # not run by Kopf with the indexes (a test, a one-off pass): the cluster is listed
-        return cls(kwargs["tide_pods"], kwargs["tide_jobs"], kwargs["gpu_nodes"],
-                   kwargs["gpu_requests"] if clusterwide else None)
+        return cls(kwargs["tide_pods"], kwargs["tide_jobs"], kwargs["gpu_nodes"], requests)
 
     def tide_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return _matching(_copied(lambda: list(self.pods.get(namespace, ()))), selector)
@@ -102,12 +109,11 @@ class WatchCache:
         return _matching(_copied(lambda: list(self.jobs.get(namespace, ()))), selector)
 
     def node_inventory(self, exclude: Callable[[GpuRequest], bool]) -> list[NodeInventory] | None:
-        """Nodes with the GPUs that pods not ``exclude``d request on them; None without the pods' index."""
-        if self.requests is None:
+        """Nodes with the GPUs that pods not ``exclude``d request on them; None without the pods' watch."""
+        held = self.requests.by_node() if self.requests is not None else None
+        if held is None:
             return None
-        requests = self.requests
         nodes: list[NodeInventory] = _copied(lambda: list(self.nodes.get(None, ())))
-        held = _copied(lambda: {node: list(requests.get(node, ())) for node in list(requests)})
         return [replace(node, requested=_summed(r for r in held.get(node.name, ()) if not exclude(r)))
                 for node in sorted(nodes, key=lambda n: n.name)]
 

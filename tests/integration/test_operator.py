@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import time
+import urllib.parse
 
 import pytest
 from kubernetes import client
@@ -224,6 +225,21 @@ def test_an_unchanged_object_costs_zero_writes_and_zero_lists_per_pass(kube, nam
     # Pods, nodes and Jobs come from watch caches (watch_cache.py): a pass lists nothing, in any namespace.
     lists = [c for c in audit.calls(OPERATOR_USER, since=mark) if c.verb == "list"]
     assert lists == [], [str(c) for c in lists]
+
+
+def test_the_operator_is_never_sent_the_clusters_other_pods(kube, namespace, operator, plane):
+    """Kopf's pod and Job watches select our label; placement's watch takes only pods bound to a node and not
+    finished (gpu_request_watch.py): a cluster's Pending backlog never reaches the operator's memory."""
+    apply_td(kube, namespace)
+    wait_for(lambda: ready_td(kube, namespace, "chat"), "Ready")
+    lists = [c for c in AuditLog(plane.audit_log).calls(OPERATOR_USER) if c.verb == "list"
+             and c.resource in ("pods", "jobs") and not c.namespace]
+    assert {c.resource for c in lists} == {"pods", "jobs"}, [c.uri for c in lists]
+    query = [urllib.parse.parse_qs(urllib.parse.urlsplit(c.uri).query) for c in lists]
+    unselected = [c.uri for c, q in zip(lists, query, strict=True)
+                  if q.get("labelSelector") != ["tide.dev/deployment"]
+                  and "spec.nodeName!=" not in q.get("fieldSelector", [""])[0].split(",")]
+    assert unselected == []
 
 
 def test_deleting_the_tide_deployment_removes_its_children(kube, namespace, operator):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tide_operator.cluster import Cluster
+from tide_operator.gpu_request_watch import HeldGpus
 from tide_operator.watch_cache import WatchCache, gpu_node, gpu_request, tide_object
 
 
@@ -35,8 +36,10 @@ class Index(dict):
 def cache(pods=(), nodes=(), jobs=(), clusterwide: bool = True) -> WatchCache:
     ours = [p for p in pods if "tide.dev/deployment" in p["metadata"]["labels"]]
     kwargs = {"tide_pods": Index(tide_object, ours), "tide_jobs": Index(tide_object, jobs),
-              "gpu_nodes": Index(gpu_node, nodes), "gpu_requests": Index(gpu_request, pods)}
-    found = WatchCache.from_kwargs(kwargs, clusterwide=clusterwide)
+              "gpu_nodes": Index(gpu_node, nodes)}
+    held = HeldGpus()
+    held.replace(list(pods))
+    found = WatchCache.from_kwargs(kwargs, held if clusterwide else None)
     assert found is not None
     return found
 
@@ -89,12 +92,23 @@ def test_a_copy_taken_while_the_event_loop_updates_the_index_is_taken_again() ->
             return super().get(key, default)
 
     racing = Racing(llm=[tide_object(pod("chat-vllm-0", deployment="chat"))["llm"]])
-    found = WatchCache(pods=racing, jobs={}, nodes={}, requests={})
+    found = WatchCache(pods=racing, jobs={}, nodes={}, requests=HeldGpus())
     assert [p["metadata"]["name"] for p in found.tide_pods("llm", "tide.dev/deployment=chat")] == ["chat-vllm-0"]
     assert Racing.calls == 2
 
 
 def test_without_the_indexes_or_every_namespace_watched_the_cluster_is_listed() -> None:
-    assert WatchCache.from_kwargs({"retry": 0}, clusterwide=True) is None  # a pass outside Kopf
+    assert WatchCache.from_kwargs({"retry": 0}, HeldGpus()) is None  # a pass outside Kopf
     namespaced = cache([pod("other")], [node("gpu-a")], clusterwide=False)
     assert namespaced.node_inventory(lambda _: False) is None  # pods of unwatched namespaces are unseen
+
+
+def test_until_the_gpu_watch_has_listed_once_the_pass_lists() -> None:
+    class NotSynced:
+        def by_node(self):
+            return None
+
+    kwargs = {"tide_pods": {}, "tide_jobs": {}, "gpu_nodes": Index(gpu_node, [node("gpu-a")])}
+    found = WatchCache.from_kwargs(kwargs, NotSynced())
+    assert found is not None
+    assert found.node_inventory(lambda _: False) is None
