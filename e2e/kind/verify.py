@@ -179,12 +179,16 @@ class Check:
             f"modelled speedup {speculation['modelledSpeedupPercent'] / 100:.2f}x")
         return status
 
-    def events(self) -> None:
+    def events(self, timeout_s: float) -> None:
+        # Kopf posts Events from a queue after the pass, so the SetSpeculation Event can trail the status.
         selector = f"involvedObject.name={self.name},involvedObject.kind={KIND}"
-        events = self.core.list_namespaced_event(self.ns, field_selector=selector).items
-        for event in events:
+
+        def listed() -> list[Any] | None:
+            items = self.core.list_namespaced_event(self.ns, field_selector=selector).items
+            return items if any((e.message or "").startswith("SetSpeculation") for e in items) else None
+
+        for event in wait_for(listed, "a SetSpeculation Event", timeout_s):
             say(f"event {event.type} {event.reason}: {event.message}")
-        assert any((e.message or "").startswith("SetSpeculation") for e in events), "no SetSpeculation Event"
 
     def prometheus(self, promql: str) -> list[dict[str, Any]]:
         response = self.api.call_api(f"{self.prometheus_proxy}/api/v1/query", "GET",
@@ -216,7 +220,7 @@ def main() -> int:
     check.pods_placed(operator_config.catalog)
     check.start_traffic(seconds=240)
     check.speculating(timeout_s=240)
-    check.events()
+    check.events(timeout_s=60)
     check.pods_in_prometheus(timeout_s=60)
     say("all checks passed")
     return 0

@@ -15,7 +15,7 @@ import urllib.parse
 import pytest
 from kubernetes import client
 
-from tests.integration.kubewait import wait_for
+from tests.integration.kubewait import events_where, wait_for
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 from tide_localcluster.audit import AuditLog
 from tide_localcluster.plane import OPERATOR_USER
@@ -106,8 +106,8 @@ def test_apply_runs_vllm_on_h100_nodes_with_service_and_config(kube, namespace, 
     assert core.read_namespaced_service("chat-vllm", namespace).spec.ports[0].name == "http"
     assert core.list_namespaced_config_map(namespace, label_selector="tide.dev/deployment=chat").items
 
-    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=chat").items
-    assert any(e.reason == "ReplicasReady" for e in events)
+    events_where(kube, namespace, lambda es: any(e.reason == "ReplicasReady" for e in es),
+                 "the ReplicasReady Event", selector="involvedObject.name=chat")
     # The serving pods' PodDisruptionBudget, in the only policy version a v1.20 API server serves.
     budget = read_budget(kube, namespace, "chat-vllm")
     assert budget["apiVersion"] == "policy/v1beta1"
@@ -184,8 +184,8 @@ def test_invalid_spec_names_the_field_changes_no_child_and_recovers(kube, namesp
     ready = condition(td, "Ready")
     assert ready["status"] == "False"
     assert field in ready["message"]
-    warnings = client.CoreV1Api(kube).list_namespaced_event(namespace, field_selector="type=Warning").items
-    assert any(field in e.message for e in warnings)
+    events_where(kube, namespace, lambda ws: any(field in e.message for e in ws),
+                 f"a Warning Event naming {field}", selector="type=Warning")
     time.sleep(3)  # a resync or two later, the running children are exactly as they were
     assert apps.read_namespaced_deployment("chat-vllm", namespace).metadata.resource_version == before
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.kubewait import wait_for
+from tests.integration.kubewait import events_where, wait_for
 from tide_e2e.operator_install import TEST_OPERATOR_CONFIG, OperatorProcess, grant_operator_rbac, install_crd
 from tide_operator.api import GROUP, PLURAL, VERSION
 
@@ -110,9 +110,9 @@ def test_attacks_through_the_pod_spec_are_refused_and_create_nothing(kube, names
         wait_for(lambda i=index, f=field: _refused(kube, namespace, f"attack-{i}", f) or None,
                  f"attack-{index} ({attack}) refused naming {field}")
         refused += 1
-    warnings = core.list_namespaced_event(namespace, field_selector="type=Warning").items
-    warned = {e.involved_object.name for e in warnings if e.reason == "PodPolicyViolation"}
-    assert warned == {f"attack-{i}" for i in range(len(ATTACKS))}
+    attacked = {f"attack-{i}" for i in range(len(ATTACKS))}
+    events_where(kube, namespace, lambda ws: {e.involved_object.name for e in ws if e.reason == "PodPolicyViolation"}
+                 == attacked, "a PodPolicyViolation Warning for exactly each attack", selector="type=Warning")
 
     assert apps.list_namespaced_deployment(namespace).items == []
     assert core.list_namespaced_pod(namespace).items == []

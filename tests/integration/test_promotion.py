@@ -29,7 +29,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tests.integration.kubewait import wait_for
+from tests.integration.kubewait import events_where, wait_for
 from tests.integration.promotion_flow import (
     REVISION,
     create,
@@ -220,9 +220,8 @@ def test_candidate_worse_on_live_traffic_is_rolled_back(kube, namespace, operato
     st = wait_for(lambda: status_where(kube, namespace, lambda lc: lc["rollbacks"] == 1),
                   "the rollback in status (written after the pods are swapped back)", timeout_s=20)
     assert lifecycle(st).get("last_promotion_at") is None  # nothing promoted by the operator
-    warnings = client.CoreV1Api(kube).list_namespaced_event(
-        namespace, field_selector="involvedObject.name=chat,type=Warning").items
-    assert any((e.message or "").startswith("RollBack:") for e in warnings)
+    events_where(kube, namespace, lambda ws: any((e.message or "").startswith("RollBack:") for e in ws),
+                 "the RollBack Warning Event", selector="involvedObject.name=chat,type=Warning")
 
     # The pointer flips outside a canary (someone promotes the candidate by hand): every pod serves a
     # stale draft now. Convergence compares versions and swaps them, one pod per pass here, naming them.

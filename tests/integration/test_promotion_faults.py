@@ -202,8 +202,8 @@ def test_a_candidate_corrupted_before_promotion_is_refused(kube, namespace, oper
         manifest_before
 
     # Pruning ran once the trainer was done (the buffer was past its cap) and kept to captures/.
-    pruned = events(kube, namespace, reason="CapturesPruned")
-    assert pruned
+    pruned = wait_for(lambda: events(kube, namespace, reason="CapturesPruned"), "the CapturesPruned Event",
+                      timeout_s=30)
     assert f"maxBufferSamples={BUFFER_CAP}" in pruned[0]
     assert keys(s3, bucket, f"{prefix}/candidates/{r1}/")
     assert keys(s3, bucket, f"{prefix}/drafts/v1/")

@@ -204,5 +204,7 @@ def test_retention_holds_with_prometheus_stopped_and_a_hung_trainer(kube, namesp
     assert keys(s3, bucket, f"{prefix}/claims/") == []
     assert keys(s3, bucket, f"{prefix}/drafts/") == [f"{prefix}/drafts/v9/keep.json"]
     assert keys(s3, bucket, "seed-draft/")
-    assert any("capture objects (drafts kept)" in m for m in events(kube, namespace, reason="ArtifactsDeleted"))
+    wait_for(lambda: any("capture objects (drafts kept)" in m
+                         for m in events(kube, namespace, reason="ArtifactsDeleted")),
+             "the ArtifactsDeleted Event saying the drafts were kept", timeout_s=30)
     print(f"retention test body: {time.monotonic() - started:.0f}s")

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tests.integration.kubewait import wait_for
+from tests.integration.kubewait import events_where, wait_for
 from tests.integration.promotion_flow import sim_operator_config
 from tests.integration.test_control_loop import condition, create, scenario, spec, status
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
@@ -65,7 +65,8 @@ def test_pods_without_a_runtime_switch_are_rolled_once_with_speculation_off(kube
     st = wait_for(lambda: (s := status(kube, namespace)).get("speculation", {}).get("enabled") is False and s,
                   "status says speculation off", timeout_s=60)
     assert condition(st, "SpeculationEnabled")["message"].endswith("pods rolled (no runtime switch)")
-    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=chat").items
+    events = events_where(kube, namespace, lambda es: any(e.reason == "PodsRolledForSpeculation" for e in es),
+                          "the PodsRolledForSpeculation Event", selector="involvedObject.name=chat")
     rolls = [e for e in events if e.reason == "PodsRolledForSpeculation"]
     assert [e.type for e in rolls] == ["Warning"]
     assert "restart_required" in rolls[0].message

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.kubewait import wait_for
+from tests.integration.kubewait import events_where, wait_for
 from tests.integration.s3_recorder import S3Recorder
 from tide_e2e.operator_install import TEST_OPERATOR_CONFIG, OperatorProcess, grant_operator_rbac, install_crd
 from tide_operator.api import GROUP, PLURAL, VERSION
@@ -138,9 +138,9 @@ def test_tenant_a_reaches_nothing_of_tenant_b_through_any_storage_field(
         assert ready["reason"] == "StoragePolicyViolation", (name, ready)
         assert ready["message"].startswith(f"{field}:"), (name, ready["message"])
         refused += 1
-    warned = {e.involved_object.name for e in client.CoreV1Api(kube).list_namespaced_event(
-        a, field_selector="type=Warning").items if e.reason == "StoragePolicyViolation"}
-    assert warned == {name for name, *_ in ATTACKS}
+    attacked = {name for name, *_ in ATTACKS}
+    events_where(kube, a, lambda ws: {e.involved_object.name for e in ws if e.reason == "StoragePolicyViolation"}
+                 == attacked, "a StoragePolicyViolation Warning for exactly each attack", selector="type=Warning")
     deployments = {d.metadata.name for d in client.AppsV1Api(kube).list_namespaced_deployment(a).items}
     assert deployments == {"own-vllm"}  # a refused spec got no pods (so no pod env, no pod S3 access)
 
@@ -155,9 +155,10 @@ def test_tenant_a_reaches_nothing_of_tenant_b_through_any_storage_field(
     assert {(bucket, key) for bucket in (SHARED, B_PRIVATE) for key in _keys(s3, bucket, "" if bucket == B_PRIVATE
                                                                            else f"{b}/")} == b_data
     assert _keys(s3, SHARED, f"{a}/") == set()
-    kept = {e.involved_object.name: e.message for e in client.CoreV1Api(kube).list_namespaced_event(
-        a, field_selector="type=Warning").items if e.reason == "ArtifactsKept"}
-    assert {"prefix", "bucket"} <= set(kept)
+    warnings = events_where(kube, a, lambda ws: {"prefix", "bucket"} <= {e.involved_object.name for e in ws
+                                                                          if e.reason == "ArtifactsKept"},
+                            "the ArtifactsKept Warnings of prefix and bucket", selector="type=Warning")
+    kept = {e.involved_object.name: e.message for e in warnings if e.reason == "ArtifactsKept"}
     assert kept["prefix"].startswith(f"S3 artifacts kept: {S3_FIELD}.prefix")
 
     # The record: no request of any kind reached B's bucket or B's prefix, none listed the whole bucket,
