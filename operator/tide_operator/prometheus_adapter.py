@@ -4,9 +4,13 @@
     metrics = adapter.deployment(DeploymentKey("team-a", "llama"))   # DeploymentMetrics | None
     obs = observation(metrics, served_version="v3")                  # the policy's Observation
 
-One `PrometheusAdapter` per endpoint runs the few queries of `prometheus_adapter_queries` (one per
-metric, all deployments at once, evaluated at the same instant) at most once per `interval_s` and
-answers every TideDeployment's handler from that snapshot. Unreachable or malformed answers raise
+One `PrometheusAdapter` per endpoint slot runs the few queries of `prometheus_adapter_queries` (one
+per metric, all deployments at once, evaluated at the same instant) and answers every TideDeployment's
+handler from that snapshot. After the first read a poller thread (`prometheus_poller`) refreshes it
+every `interval_s` on a fixed schedule, so the query rate depends on neither the number of
+deployments nor when their timers fire; passes read it from memory, and fetch it themselves only
+when it is stale (first read, poller stopped or behind). A slot nobody reads stops its poller;
+`PrometheusAdapters` closes the adapter it replaces. Unreachable or malformed answers raise
 `PrometheusUnavailable` (the handlers set a Degraded condition and hold their decisions); a
 deployment without series is `None` and missing ratios are `None`: insufficient data, never 0.
 
@@ -41,6 +45,7 @@ from tide_operator.prometheus_adapter_queries import (
     group_results,
     parse_vector,
 )
+from tide_operator.prometheus_poller import SlotPoller, idle_limit, next_tick
 
 QueryFn = Callable[[str, float], Sequence[Mapping[str, Any]]]
 
@@ -59,6 +64,7 @@ class AdapterConfig:
     window_s: float = 60.0  # rate window; keep it >= 4 scrape intervals
     interval_s: float = 10.0  # a snapshot answers every deployment for this long
     timeout_s: float = 5.0
+    poll_idle_s: float | None = None  # a poller nobody reads stops after this; None: idle_limit(interval_s)
     labels: LabelNames = field(default_factory=LabelNames)
 
 
@@ -142,31 +148,91 @@ class PrometheusAdapter:
     """Snapshots of every TideDeployment behind one Prometheus endpoint (thread-safe)."""
 
     def __init__(self, endpoint: str | PrometheusConnection, config: AdapterConfig | None = None, *,
-                 query: QueryFn | None = None, clock: Callable[[], float] = time.time) -> None:
+                 query: QueryFn | None = None, clock: Callable[[], float] = time.time,
+                 poll: bool = True) -> None:
         self.connection = connection_of(endpoint)
         self.endpoint = self.connection.url  # never with userinfo: it goes into messages
         self.config = config or AdapterConfig()
         self._query = query or http_query(self.connection, self.config.timeout_s)
         self._clock = clock
         self._queries = build_queries(self.config.labels, self.config.window_s)
-        self._lock = threading.Lock()
+        self._poll = poll and self.config.interval_s > 0
+        self._lock = threading.Lock()  # the state below; never held during a fetch
+        self._fetching = threading.Lock()  # one fetch at a time, the poller's or a reader's
         self._last: Snapshot | PrometheusUnavailable | None = None
         self._last_at = float("-inf")
+        self._read_at = float("-inf")
+        self._poller: SlotPoller | None = None
+        self._closed = False
 
     def snapshot(self) -> Snapshot:
-        """The current snapshot, refreshed when older than interval_s; a failure is remembered as
-        long as a snapshot would be, so N deployments do not hammer a dead endpoint N times."""
+        """The latest snapshot. While the poller runs it is read from memory; without a fresh one
+        (first read, poller stopped or behind) it is fetched here. A failure is remembered like a
+        snapshot, so N deployments do not hammer a dead endpoint N times."""
         with self._lock:
-            now = self._clock()
-            if self._last is None or now - self._last_at >= self.config.interval_s:
-                self._last_at = now
-                try:
-                    self._last = self._fetch(now)
-                except PrometheusUnavailable as err:
-                    self._last = err
-            if isinstance(self._last, PrometheusUnavailable):
-                raise self._last
-            return self._last
+            self._read_at = self._clock()
+            last = self._fresh(self._read_at)
+        if last is None:
+            with self._fetching:  # behind a poller's fetch: wait for it, then its answer is fresh
+                with self._lock:
+                    last = self._fresh(self._clock())
+                if last is None:
+                    last = self._store(self._clock())
+        self._ensure_polling()
+        if isinstance(last, PrometheusUnavailable):
+            raise last
+        return last
+
+    def refresh(self) -> bool:
+        """One poller tick: fetch unless no pass read the slot for `idle_limit`; False stops it."""
+        with self._lock:
+            if self._closed or self._clock() - self._read_at > self._idle_s:
+                return False
+        with self._fetching:
+            self._store(self._clock())
+        return True
+
+    def close(self) -> None:
+        """Stop polling for good (the slot got a new adapter); later reads fetch lazily."""
+        with self._lock:
+            self._closed = True
+            poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.stop()
+
+    @property
+    def polling(self) -> bool:
+        return self._poller is not None and self._poller.running
+
+    @property
+    def _idle_s(self) -> float:
+        return self.config.poll_idle_s if self.config.poll_idle_s is not None else idle_limit(self.config.interval_s)
+
+    def _fresh(self, now: float) -> Snapshot | PrometheusUnavailable | None:
+        """The last answer if young enough: an interval without a poller, two ticks and a fetch with one."""
+        interval = self.config.interval_s
+        max_age = 2 * interval + self.config.timeout_s if self.polling else interval
+        return self._last if self._last is not None and now - self._last_at < max_age else None
+
+    def _store(self, now: float) -> Snapshot | PrometheusUnavailable:
+        """Fetch at ``now`` (caller holds `_fetching`) and keep the answer or the failure."""
+        try:
+            answer: Snapshot | PrometheusUnavailable = self._fetch(now)
+        except PrometheusUnavailable as err:
+            answer = err
+        with self._lock:
+            self._last, self._last_at = answer, now
+        return answer
+
+    def _ensure_polling(self) -> None:
+        if not self._poll:
+            return
+        with self._lock:
+            if self._closed or self.polling:
+                return
+            first = next_tick(self._last_at, self.config.interval_s, self._clock())
+            self._poller = SlotPoller(self.refresh, self.config.interval_s, first, clock=self._clock,
+                                      name=f"prometheus-poller {self.endpoint}").start()
 
     def deployment(self, key: DeploymentKey) -> DeploymentMetrics | None:
         return self.snapshot().deployments.get(key)
@@ -209,6 +275,8 @@ class PrometheusAdapters:
         with self._lock:
             made = self._adapters.get(slot)
             if made is None or made[0] != connection:
+                if made is not None:
+                    made[1].close()  # the rotated-out credentials' poller stops now, not when idle
                 config = replace(self.config, labels=replace(self.config.labels, deployment=label))
                 made = self._adapters[slot] = (connection, self._factory(connection, config))
             return made[1]

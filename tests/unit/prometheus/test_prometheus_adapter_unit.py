@@ -75,9 +75,11 @@ class Clock:
 Answers = Mapping[Metric, list[dict[str, Any]]]
 
 
-def _adapter(answers: Answers = ANSWERS) -> tuple[PrometheusAdapter, FakePrometheus, Clock]:
+def _adapter(answers: Answers = ANSWERS, *, poll: bool = False) -> tuple[PrometheusAdapter, FakePrometheus, Clock]:
+    """Without poll, reads fetch lazily (the fallback when no poller runs); tests of the poller
+    drive its ticks through `refresh()` on the fake clock (its thread waits in real seconds)."""
     fake, clock = FakePrometheus(answers), Clock()
-    adapter = PrometheusAdapter("http://prom", AdapterConfig(interval_s=10), query=fake, clock=clock)
+    adapter = PrometheusAdapter("http://prom", AdapterConfig(interval_s=10), query=fake, clock=clock, poll=poll)
     fake.queries = {q: m for m, q in adapter.queries.items()}
     return adapter, fake, clock
 
