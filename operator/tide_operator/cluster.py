@@ -282,6 +282,9 @@ class Cluster:
 
     # --- per-kind plumbing ---
     def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if kind == "Deployment" and self.cache is not None and (
+                cached := self.cache.tide_deployment(namespace, name)) is not None:
+            return cached  # ours, from the watch; a miss is read (a same-named object may not be ours)
         reader = {"Deployment": self.apps.read_namespaced_deployment, "Service": self.core.read_namespaced_service,
                   "ConfigMap": self.core.read_namespaced_config_map, "Secret": self.core.read_namespaced_secret,
                   "Job": self.batch.read_namespaced_job,

@@ -64,9 +64,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.loggers = False  # Events are ours, one per decision, not one per log line
     settings.execution.max_workers = 4
     settings.watching.server_timeout = 300
-    # Only our own pods and Jobs reach Kopf's watches (the apiserver filters): the cluster's other pods
+    # Only our own pods, Jobs and Deployments reach Kopf's watches (the apiserver filters): the cluster's other pods
     # are watched apart, and only those bound to a node (gpu_request_watch.py).
-    for resource in (("", "v1", "pods"), ("batch", "v1", "jobs")):
+    for resource in (("", "v1", "pods"), ("batch", "v1", "jobs"), ("apps", "v1", "deployments")):
         settings.watching.label_selectors[resource] = DEPLOYMENT_LABEL
 
 
@@ -75,9 +75,11 @@ def stop_watches(**_: Any) -> None:
     GPU_REQUESTS.stop()
 
 
-# Watch caches (watch_cache.py): our own pods and Jobs, and every node; the GPUs pods hold per node.
+# Watch caches (watch_cache.py): our own pods, Jobs and Deployments, and every node; the GPUs pods hold per node.
 kopf.index("", "v1", "pods", labels={DEPLOYMENT_LABEL: kopf.PRESENT}, id="tide_pods")(watch_cache.tide_object)
 kopf.index("batch", "v1", "jobs", labels={DEPLOYMENT_LABEL: kopf.PRESENT}, id="tide_jobs")(watch_cache.tide_object)
+kopf.index("apps", "v1", "deployments", labels={DEPLOYMENT_LABEL: kopf.PRESENT},
+           id="tide_deployments")(watch_cache.tide_object)
 kopf.index("", "v1", "nodes", id="gpu_nodes")(watch_cache.gpu_node)
 
 

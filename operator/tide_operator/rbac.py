@@ -42,8 +42,9 @@ NAMESPACED = (
     Grant(GROUP, (f"{PLURAL}/finalizers",), ("update",),
           "no request uses it: where OwnerReferencesPermissionEnforcement is on (OpenShift), a child "
           "with blockOwnerDeletion needs it on its owner"),
-    Grant("apps", ("deployments",), ("get", "create", "patch"),
-          "the vLLM Deployment: read, create if absent, patch its drift; garbage collection deletes it"),
+    Grant("apps", ("deployments",), ("get", "list", "watch", "create", "patch"),
+          "the vLLM Deployment: watched (ours, by label) for the passes' cache, read by name when the cache has "
+          "none, created if absent, its drift patched; garbage collection deletes it"),
     Grant("", ("services", "configmaps"), ("get", "create", "patch"),
           "the vLLM Service and ConfigMap, like the Deployment"),
     Grant("", ("secrets",), ("get", "create", "patch"),

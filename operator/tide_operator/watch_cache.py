@@ -1,8 +1,8 @@
 """What a pass reads about pods, nodes and Jobs, kept current by watches instead of listed every pass.
 
 Kopf indexes (handlers register the functions below with ``@kopf.index``) hold, per event, only what
-the passes need: our own pods and Jobs (labelled tide.dev/deployment; the watches carry that label
-selector, so the apiserver sends nothing else) by namespace, and every node's GPU facts. Per node, the
+the passes need: our own pods, Jobs and Deployments (labelled tide.dev/deployment; the watches carry
+that label selector, so the apiserver sends nothing else) by namespace, and every node's GPU facts. Per node, the
 GPUs that scheduled pods of every namespace request come from a watch of their own
 (gpu_request_watch.py). A pass then reads memory: no LIST per pass whatever the number of
 TideDeployments or pods in the cluster (controller-runtime's informer caches do the same; Kopf also
@@ -15,13 +15,13 @@ it needs and copies again if an update landed mid-copy (``_copied``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from tide_operator.control.placement import NodeInventory
 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
-INDEXES = ("tide_pods", "tide_jobs", "gpu_nodes")  # the kwargs Kopf passes handlers
+INDEXES = ("tide_pods", "tide_jobs", "tide_deployments", "gpu_nodes")  # the kwargs Kopf passes handlers
 T = TypeVar("T")
 
 
@@ -38,7 +38,7 @@ class GpuRequest:
 # ---- index functions: body -> {key: value}; Kopf keeps one entry per object, gone with the object -----
 
 def tide_object(body: Mapping[str, Any], **_: Any) -> dict[str, dict[str, Any]] | None:
-    """Our pods and Jobs (the watch selects them by label), whole, by namespace."""
+    """Our pods, Jobs and Deployments (the watch selects them by label), whole, by namespace."""
     return {body["metadata"]["namespace"]: _plain(body)}
 
 
@@ -95,12 +95,19 @@ class WatchCache:
     jobs: Mapping[Any, Iterable[Any]]
     nodes: Mapping[Any, Iterable[Any]]
     requests: HeldGpuSource | None  # None: not every namespace is watched (list instead)
+    deployments: Mapping[Any, Iterable[Any]] = field(default_factory=dict)
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any], requests: HeldGpuSource | None) -> WatchCache | None:
         if not all(name in kwargs for name in INDEXES):
             return None  # not run by Kopf with the indexes (a test, a one-off pass): the cluster is listed
-        return cls(kwargs["tide_pods"], kwargs["tide_jobs"], kwargs["gpu_nodes"], requests)
+        return cls(kwargs["tide_pods"], kwargs["tide_jobs"], kwargs["gpu_nodes"], requests,
+                   kwargs["tide_deployments"])
+
+    def tide_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Our Deployment of that name; None when the cache has none (it may still exist, not ours: read it)."""
+        found = _copied(lambda: list(self.deployments.get(namespace, ())))
+        return next((d for d in found if d["metadata"]["name"] == name), None)
 
     def tide_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return _matching(_copied(lambda: list(self.pods.get(namespace, ()))), selector)

@@ -47,8 +47,9 @@ def test_every_grant_says_why_and_every_unseen_verb_is_granted() -> None:
 # Granted before issue 12, never called: Kopf lists and watches, garbage collection deletes children.
 # (Secret patch came back with token rotation, issue 12 item 7.)
 REMOVED = [
-    # Pods, nodes and Jobs are watched into caches (watch_cache.py): their watch verbs are back on purpose.
-    ("apps", "deployments", "delete"), ("apps", "deployments", "list"), ("", "pods", "get"),
+    # Pods, nodes, Jobs and Deployments are watched into caches (watch_cache.py): their list and watch verbs
+    # are back on purpose.
+    ("apps", "deployments", "delete"), ("", "pods", "get"),
     ("", "nodes", "get"), ("tide.dev", "tidedeployments", "get"), ("", "events", "patch"),
     ("events.k8s.io", "events", "create"), ("batch", "jobs", "patch"),
 ]

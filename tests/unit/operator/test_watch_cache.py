@@ -33,10 +33,10 @@ class Index(dict):
                 self.setdefault(key, []).append(value)
 
 
-def cache(pods=(), nodes=(), jobs=(), clusterwide: bool = True) -> WatchCache:
+def cache(pods=(), nodes=(), jobs=(), clusterwide: bool = True, deployments=()) -> WatchCache:
     ours = [p for p in pods if "tide.dev/deployment" in p["metadata"]["labels"]]
     kwargs = {"tide_pods": Index(tide_object, ours), "tide_jobs": Index(tide_object, jobs),
-              "gpu_nodes": Index(gpu_node, nodes)}
+              "tide_deployments": Index(tide_object, deployments), "gpu_nodes": Index(gpu_node, nodes)}
     held = HeldGpus()
     held.replace(list(pods))
     found = WatchCache.from_kwargs(kwargs, held if clusterwide else None)
@@ -108,7 +108,30 @@ def test_until_the_gpu_watch_has_listed_once_the_pass_lists() -> None:
         def by_node(self):
             return None
 
-    kwargs = {"tide_pods": {}, "tide_jobs": {}, "gpu_nodes": Index(gpu_node, [node("gpu-a")])}
+    kwargs = {"tide_pods": {}, "tide_jobs": {}, "tide_deployments": {}, "gpu_nodes": Index(gpu_node, [node("gpu-a")])}
     found = WatchCache.from_kwargs(kwargs, NotSynced())
     assert found is not None
     assert found.node_inventory(lambda _: False) is None
+
+
+def test_our_deployment_comes_from_the_cache_and_a_miss_is_read() -> None:
+    ours = {"metadata": {"name": "chat-vllm", "namespace": "llm", "labels": {"tide.dev/deployment": "chat"}},
+            "status": {"readyReplicas": 2}}
+
+    class Reads:
+        def __init__(self) -> None:
+            self.calls: list = []
+
+        def read_namespaced_deployment(self, name, namespace):
+            self.calls.append((namespace, name))
+            return {"metadata": {"name": name, "namespace": namespace}}  # someone else's, unlabelled
+
+    cluster = Cluster(api=object(), cache=cache(deployments=[ours]))
+    reads = Reads()
+    cluster.apps = reads
+    cluster.api = type("Plain", (), {"sanitize_for_serialization": staticmethod(lambda o: o)})()
+    assert cluster.deployment("llm", "chat-vllm")["status"]["readyReplicas"] == 2
+    assert reads.calls == []
+    # Not in the cache (not labelled ours, or not there yet): read, so a same-named foreign object is seen.
+    assert cluster.deployment("llm", "other-vllm") == {"metadata": {"name": "other-vllm", "namespace": "llm"}}
+    assert reads.calls == [("llm", "other-vllm")]
