@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from tide_contracts import serving_control as sc
-from tide_operator.calibration_sweep import SweepSettings, run_sweep
+from tide_operator.adapters.calibration_sweep import SweepSettings, run_sweep
 from tide_operator.control.calibration import (
     Sweep,
     cost_points,

@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tide_contracts.serving_control import STATUS_ROUTE
-from tide_operator.fleet import Fleet, ServingPod
+from tide_operator.adapters.fleet import Fleet, ServingPod
 
 PORT = 18081
 STATUS = {"contract_version": 1, "plugin_version": "0.1", "vllm_version": "0.32.0", "engine_supported": True,

@@ -94,7 +94,7 @@ class StubCluster:
 def operator_registry(job: dict[str, Any]) -> Any:
     from tide_operator.api import parse_spec
     from tide_operator.config import load_operator_config
-    from tide_operator.control_step import make_registry
+    from tide_operator.passes.control_step import make_registry
 
     raw = {"promotion": {"multipartCopyThresholdMib": job["threshold_mib"]}} if job["threshold_mib"] else {}
     config = load_operator_config(raw)

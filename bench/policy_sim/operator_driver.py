@@ -41,9 +41,9 @@ from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.lifecycle import TrainingObservation, TrainingStatus
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState
 from tide_operator.control.spec_params import policy_params
-from tide_operator.control_loop import SensorReading, control_pass
-from tide_operator.pod_convergence import CanaryPods, CanarySpeculation
-from tide_operator.serving_status import StatusDraft
+from tide_operator.passes.control_loop import SensorReading, control_pass
+from tide_operator.passes.pod_convergence import CanaryPods, CanarySpeculation
+from tide_operator.passes.serving_status import StatusDraft
 
 SPEC = {  # the product's defaults: only what a TideDeployment must say
     "target": {"model": "s3://models/target", "revision": "rev-1"},

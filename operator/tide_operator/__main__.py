@@ -11,8 +11,8 @@ from contextlib import suppress
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from tide_operator.adapters.leader_election import LeaderElector
     from tide_operator.config import LeaderElectionConfig
-    from tide_operator.leader_election import LeaderElector
 
 log = logging.getLogger("tide_operator")
 EXIT_LEADERSHIP_LOST = 1  # non-zero: Kubernetes restarts the container, which comes back as a follower
@@ -45,7 +45,7 @@ def configure_logging(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
-    import tide_operator.kopf_login  # noqa: F401  (Kopf logs in with this process's User-Agent)
+    import tide_operator.adapters.kopf_login  # noqa: F401  (Kopf logs in with this process's User-Agent)
     from tide_operator import handlers, metrics  # importing handlers registers them
 
     handlers.CLUSTERWIDE = not args.namespace
@@ -72,7 +72,7 @@ async def run_kopf(args: argparse.Namespace) -> None:
 async def run_elected(args: argparse.Namespace, election: LeaderElectionConfig) -> int:
     """Kopf starts only once this process holds the Lease; it stops at once when the Lease is lost."""
     from tide_operator import metrics
-    from tide_operator.leader_election import wait_for_leadership
+    from tide_operator.adapters.leader_election import wait_for_leadership
 
     elector = build_elector(election)
     metrics.set_leader(False)
@@ -97,8 +97,8 @@ async def run_elected(args: argparse.Namespace, election: LeaderElectionConfig) 
 def build_elector(election: LeaderElectionConfig) -> LeaderElector:
     from kubernetes import client, config
 
+    from tide_operator.adapters.leader_election import LeaderElector, LeaseStore
     from tide_operator.control.leadership import LeaseTimings
-    from tide_operator.leader_election import LeaderElector, LeaseStore
     from tide_operator.process_identity import IDENTITY, USER_AGENT
 
     namespace = election.lease_namespace or os.environ.get("POD_NAMESPACE")

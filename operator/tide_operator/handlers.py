@@ -15,20 +15,22 @@ import kopf
 import yaml
 from kubernetes.client.rest import ApiException
 
-from tide_operator import control_step, metrics, watch_cache
+from tide_operator import metrics
+from tide_operator.adapters import watch_cache
+from tide_operator.adapters.artifacts import ArtifactsRefused, ArtifactsUnreachable, delete_deployment_artifacts
+from tide_operator.adapters.cluster import Cluster, api_client, set_request_timeout
+from tide_operator.adapters.gpu_request_watch import GpuRequestWatch
+from tide_operator.adapters.prometheus_adapter import AdapterConfig, PrometheusAdapters
 from tide_operator.api import GROUP, PLURAL, VERSION
 from tide_operator.api.messages import bounded_message
-from tide_operator.artifacts import ArtifactsRefused, ArtifactsUnreachable, delete_deployment_artifacts
-from tide_operator.capture_retention import stop_capture_writers
-from tide_operator.cluster import Cluster, api_client, set_request_timeout
 from tide_operator.config import OperatorConfig, load_operator_config
 from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION, unconsumed
-from tide_operator.gpu_request_watch import GpuRequestWatch
 from tide_operator.manifests.control_token import ROTATE_ANNOTATION
 from tide_operator.manifests.labels import DEPLOYMENT_LABEL
-from tide_operator.prometheus_adapter import AdapterConfig, PrometheusAdapters
+from tide_operator.passes import control_step
+from tide_operator.passes.capture_retention import stop_capture_writers
+from tide_operator.passes.retention_timer import retention_pass
 from tide_operator.reconcile import reconcile
-from tide_operator.retention_timer import retention_pass
 
 log = logging.getLogger(__name__)
 KOPF_STATUS_KEYS = ("kopf",)

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from tide_operator.adapters.cluster import Applied, Cluster
+from tide_operator.adapters.cost_profile_source import ProfilePoints, read_cost_profile
+from tide_operator.adapters.prometheus_adapter import PrometheusAdapters
+from tide_operator.adapters.prometheus_credentials import prometheus_refusal
 from tide_operator.api import SpecError, TideDeploymentSpec, TideDeploymentStatus, parse_spec
 from tide_operator.api.conditions import Reason
 from tide_operator.api.status import Phase
-from tide_operator.bootstrap_draft import bootstrap_pending, ensure_bootstrap
-from tide_operator.cluster import Applied, Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control.actions import Bands
 from tide_operator.control.lifecycle import run_id_for
@@ -27,8 +29,6 @@ from tide_operator.control.placement import Placement, PoolRequest, choose_pools
 from tide_operator.control.pod_policy import pod_policy_violations
 from tide_operator.control.policy import PolicyState
 from tide_operator.control.storage_tenancy import storage_violations, with_storage_defaults
-from tide_operator.control_step import run_control
-from tide_operator.cost_profile_source import ProfilePoints, read_cost_profile
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.control_token import control_token_secret, rotation_request, tokens_of
 from tide_operator.manifests.disruption import KIND as DISRUPTION_BUDGET
@@ -42,9 +42,9 @@ from tide_operator.manifests.serving import (
     launch_bands_of,
     launch_bands_with,
 )
-from tide_operator.prometheus_adapter import PrometheusAdapters
-from tide_operator.prometheus_credentials import prometheus_refusal
-from tide_operator.serving_status import (
+from tide_operator.passes.bootstrap_draft import bootstrap_pending, ensure_bootstrap
+from tide_operator.passes.control_step import run_control
+from tide_operator.passes.serving_status import (
     EventNote,
     ServingObservation,
     StatusDraft,
@@ -54,7 +54,7 @@ from tide_operator.serving_status import (
     scheduled,
     serving,
 )
-from tide_operator.serving_status import unscheduled as mark_unscheduled
+from tide_operator.passes.serving_status import unscheduled as mark_unscheduled
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ def _decides(sweep, b: int, profile, start_enabled: bool) -> bool:
 
 
 def test_the_decision_picks_the_faster_mode_measured(server, tiny_models, tmp_path: Path) -> None:
-    from tide_operator.calibration_sweep import SweepSettings, run_sweep
+    from tide_operator.adapters.calibration_sweep import SweepSettings, run_sweep
     from tide_operator.control.calibration import cost_points, profile_from_spec_points, spec_points
     from tide_operator.control.cost_model import practical_speedup
     from tide_serving.testing.tiny_models import publish_draft

@@ -26,9 +26,14 @@ import yaml
 from tide_contracts import serving_control as sc
 from tide_localcluster.processes import ProcessRecord, is_alive, spawn, stop
 from tide_localcluster.prometheus import PrometheusServer, start_prometheus
-from tide_operator.prometheus_adapter import AdapterConfig, PrometheusAdapter, PrometheusUnavailable, http_query
-from tide_operator.prometheus_adapter_metrics import observation
-from tide_operator.prometheus_adapter_queries import DeploymentKey, Metric
+from tide_operator.adapters.prometheus_adapter import (
+    AdapterConfig,
+    PrometheusAdapter,
+    PrometheusUnavailable,
+    http_query,
+)
+from tide_operator.adapters.prometheus_adapter_metrics import observation
+from tide_operator.adapters.prometheus_adapter_queries import DeploymentKey, Metric
 from tide_vllm_sim.engine import expected_length
 from tide_vllm_sim.load import LoadSpec, run_load
 

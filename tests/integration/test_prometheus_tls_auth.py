@@ -30,11 +30,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tide_localcluster.prometheus import PrometheusServer, start_prometheus
+from tide_operator.adapters.prometheus_adapter import (
+    AdapterConfig,
+    PrometheusAdapter,
+    PrometheusUnavailable,
+    http_query,
+)
+from tide_operator.adapters.prometheus_credentials import resolve_connection
 from tide_operator.api.spec_workload import PrometheusSpec
 from tide_operator.config import load_operator_config
-from tide_operator.prometheus_access import PrometheusAuth, PrometheusConnection
-from tide_operator.prometheus_adapter import AdapterConfig, PrometheusAdapter, PrometheusUnavailable, http_query
-from tide_operator.prometheus_credentials import resolve_connection
+from tide_operator.control.prometheus_access import PrometheusAuth, PrometheusConnection
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

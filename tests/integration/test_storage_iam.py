@@ -33,10 +33,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tide_contracts.registry import CaptureLimits, CaptureObject, PruneIncomplete, RegistryError
+from tide_operator.adapters.artifacts import ArtifactsUnreachable, delete_deployment_artifacts
 from tide_operator.api import parse_spec
-from tide_operator.artifacts import ArtifactsUnreachable, delete_deployment_artifacts
 from tide_operator.config import OperatorConfig, StorageConfig
-from tide_operator.control_step import make_registry
+from tide_operator.passes.control_step import make_registry
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """`tide calibrate`: measure a serving pod's cost profile and write the ConfigMap the spec names.
 
-The measurement is a concurrency sweep from outside the engine (tide_operator.calibration_sweep), or
+The measurement is a concurrency sweep from outside the engine (tide_operator.adapters.calibration_sweep), or
 a saved one (--measurements); the points come from control/calibration.py; the ConfigMap gets the
 document cost_profile_source.py reads ({"points": [...]}) under the referenced key.
 """
@@ -46,7 +46,7 @@ def measure(args: argparse.Namespace) -> Sweep:
     if args.measurements:
         return sweep_from_json(json.loads(args.measurements.read_text()))
     from tide_contracts import serving_control as sc
-    from tide_operator.calibration_sweep import SweepSettings, run_sweep
+    from tide_operator.adapters.calibration_sweep import SweepSettings, run_sweep
 
     if not args.control_url:
         raise ValueError("--endpoint needs --control-url (the plugin's speculation switch)")

@@ -9,7 +9,7 @@ import pytest
 from tide_operator.api.conditions import set_condition
 from tide_operator.api.messages import MESSAGE_LIMIT, bounded_message, redact, truncate
 from tide_operator.api.status import Condition, ConditionStatus, Decision, TideDeploymentStatus
-from tide_operator.serving_status import EventNote, StatusDraft
+from tide_operator.passes.serving_status import EventNote, StatusDraft
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

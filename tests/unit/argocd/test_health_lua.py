@@ -70,7 +70,7 @@ def test_example_application_ignores_replicas_and_skips_dry_run() -> None:
 
 def test_the_status_of_a_pool_without_capacity_is_progressing_never_degraded() -> None:
     """The status a real pass writes with zero GPU nodes (an autoscaled pool at zero), through the check."""
-    from tide_operator.cluster import Applied
+    from tide_operator.adapters.cluster import Applied
     from tide_operator.config import OperatorConfig, StorageConfig
     from tide_operator.control.placement import NodeInventory
     from tide_operator.reconcile import reconcile

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tide_operator.adapters.cost_profile_source import parse_profile
 from tide_operator.cli import calibrate
 from tide_operator.cli.__main__ import main, parser
 from tide_operator.control.calibration import Sweep, SweepPoint, cost_points, spec_points, sweep_to_json
-from tide_operator.cost_profile_source import parse_profile
 
 
 def saved_sweep(tmp_path: Path) -> tuple[Path, Sweep]:

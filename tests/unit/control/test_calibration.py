@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tide_operator.adapters.cost_profile_source import parse_profile
 from tide_operator.control.calibration import (
     Sweep,
     SweepPoint,
@@ -16,7 +17,6 @@ from tide_operator.control.calibration import (
     sweep_from_json,
     sweep_to_json,
 )
-from tide_operator.cost_profile_source import parse_profile
 
 G = 3
 TOKENS = 64  # per request

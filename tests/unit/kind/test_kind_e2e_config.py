@@ -21,13 +21,13 @@ import pytest
 import yaml
 
 from tide_localcluster.nodepools import load_pools
+from tide_operator.adapters.prometheus_adapter_queries import LabelNames
 from tide_operator.api import KIND, parse_spec
 from tide_operator.config import load_operator_config
 from tide_operator.control.placement import NodeInventory, PoolRequest, choose_pools
 from tide_operator.control.pod_policy import pod_policy_violations
 from tide_operator.manifests import labels
 from tide_operator.manifests.serving import build_serving_deployment
-from tide_operator.prometheus_adapter_queries import LabelNames
 
 REPO = Path(__file__).resolve().parents[3]
 KIND_DIR = REPO / "e2e" / "kind"

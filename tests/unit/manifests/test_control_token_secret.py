@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tide_contracts.serving_control import ErrorCode, ServingControlError
-from tide_operator.fleet import Fleet, ServingPod
+from tide_operator.adapters.fleet import Fleet, ServingPod
 from tide_operator.manifests.control_token import accepted_tokens, control_token_secret
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

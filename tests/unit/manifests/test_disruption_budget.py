@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from manifest_fixtures import spec_with
 
-from tide_operator import cluster as cluster_module
+from tide_operator.adapters import cluster as cluster_module
 from tide_operator.api import SpecError
 from tide_operator.manifests.disruption import build_disruption_budget
 

@@ -41,7 +41,7 @@ class _Secrets:
 
 
 def test_the_operators_registry_writes_with_the_same_settings():
-    from tide_operator.control_step import make_registry
+    from tide_operator.passes.control_step import make_registry
 
     spec = spec_with(control={"capture": {"serverSideEncryption": "aws:kms", "kmsKeyId": KEY}})
     registry = make_registry("chat", "llm", spec, _Secrets())  # type: ignore[arg-type]

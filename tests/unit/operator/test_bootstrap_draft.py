@@ -13,7 +13,6 @@ import pytest
 
 from tide_operator.api.conditions import ConditionType, Reason
 from tide_operator.api.status import TideDeploymentStatus
-from tide_operator.bootstrap_draft import bootstrap_pending, ensure_bootstrap
 from tide_operator.config import OperatorConfig
 from tide_operator.control.bootstrap import InitJob, bootstrap_step, init_job_state
 from tide_operator.manifests import names
@@ -27,7 +26,8 @@ from tide_operator.manifests.serving import (
     render_serving_config,
 )
 from tide_operator.manifests.trainer import BOOTSTRAP_RETRIES, bootstrap_location, build_bootstrap_job
-from tide_operator.serving_status import StatusDraft
+from tide_operator.passes.bootstrap_draft import bootstrap_pending, ensure_bootstrap
+from tide_operator.passes.serving_status import StatusDraft
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "manifests"))
 from manifest_fixtures import BASE, placement, spec_with

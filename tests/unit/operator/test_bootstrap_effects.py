@@ -7,11 +7,11 @@ from typing import Any
 
 from test_draft_convergence import FakePod, FakeRegistry, pointer
 
+from tide_operator.adapters.fleet import Fleet, ServingPod
 from tide_operator.api import parse_spec
 from tide_operator.control import actions as act
-from tide_operator.effects import ClusterEffects
-from tide_operator.fleet import Fleet, ServingPod
 from tide_operator.manifests.trainer import bootstrap_location
+from tide_operator.passes.effects import ClusterEffects
 
 
 def effects(pods: dict[str, FakePod], registry: FakeRegistry, initial: str | None = "/drafts/launch") -> ClusterEffects:

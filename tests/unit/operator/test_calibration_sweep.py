@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tide_contracts import serving_control as sc
-from tide_operator.calibration_sweep import SweepSettings, counter_total, run_sweep
+from tide_operator.adapters.calibration_sweep import SweepSettings, counter_total, run_sweep
 
 
 class FakePod:

@@ -18,8 +18,8 @@ from tide_operator.control.lifecycle import LifecycleState, Phase
 from tide_operator.control.policy import PolicyState
 from tide_operator.control.probe import ProbeState
 from tide_operator.control.speculation import SpeculationState
-from tide_operator.control_loop import _speculating_canary
-from tide_operator.pod_convergence import CanarySpeculation
+from tide_operator.passes.control_loop import _speculating_canary
+from tide_operator.passes.pod_convergence import CanarySpeculation
 
 BANDS = ((1, 40, 3), (41, 200, 2), (201, 256, 0))
 

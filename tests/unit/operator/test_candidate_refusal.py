@@ -20,6 +20,7 @@ from botocore.config import Config
 
 from tide_contracts.registry import DraftRegistry, FileEntry, Manifest, manifest_json
 from tide_contracts.serving_control import ErrorCode, ServingControlError
+from tide_operator.adapters.fleet import Fleet, ServingPod
 from tide_operator.api import parse_spec
 from tide_operator.api.conditions import Reason
 from tide_operator.api.status import Phase, TideDeploymentStatus
@@ -28,10 +29,9 @@ from tide_operator.control.canary import CanaryAnalysis, CanaryParams, PodGroupM
 from tide_operator.control.lifecycle import LifecycleState
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState
-from tide_operator.control_loop import DraftRefused, EffectError, SensorReading, control_pass
-from tide_operator.effects import ClusterEffects
-from tide_operator.fleet import Fleet, ServingPod
-from tide_operator.serving_status import StatusDraft
+from tide_operator.passes.control_loop import DraftRefused, EffectError, SensorReading, control_pass
+from tide_operator.passes.effects import ClusterEffects
+from tide_operator.passes.serving_status import StatusDraft
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 REV = "r1"

@@ -9,11 +9,11 @@ from botocore.exceptions import EndpointConnectionError
 
 from tide_contracts.registry import CaptureLimits, CaptureObject, captures_to_prune
 from tide_operator.api import parse_spec
-from tide_operator.capture_buffer import captures_to_delete, prune_capture_buffer
-from tide_operator.capture_retention import _newest_first, enforce_retention, parse_claims, running_runs
 from tide_operator.config import OperatorConfig
 from tide_operator.control.lifecycle import CaptureParams
-from tide_operator.retention_timer import retention_pass
+from tide_operator.passes.capture_buffer import captures_to_delete, prune_capture_buffer
+from tide_operator.passes.capture_retention import _newest_first, enforce_retention, parse_claims, running_runs
+from tide_operator.passes.retention_timer import retention_pass
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 PREFIX = "ns/chat/captures/"
@@ -150,7 +150,7 @@ def test_a_claim_past_its_deadline_keeps_nothing() -> None:
 
 
 def test_s3_down_makes_the_timer_pass_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tide_operator import retention_timer
+    from tide_operator.passes import retention_timer
 
     monkeypatch.setattr(retention_timer, "make_registry", lambda *a, **k: FakeRegistry(fail=True))
     body = {"metadata": {"name": "chat", "namespace": "ns"},
@@ -159,7 +159,7 @@ def test_s3_down_makes_the_timer_pass_quiet(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_an_invalid_spec_is_never_pruned(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tide_operator import retention_timer
+    from tide_operator.passes import retention_timer
 
     def refuse(*_a, **_k):
         raise AssertionError("no registry for an invalid spec")

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from tide_contracts.registry import CaptureObject
-from tide_operator import effects as effects_module
 from tide_operator.api import parse_spec
-from tide_operator.capture_retention import claim_shards
 from tide_operator.config import OperatorConfig
 from tide_operator.control import actions as act
-from tide_operator.effects import ClusterEffects
+from tide_operator.passes import effects as effects_module
+from tide_operator.passes.capture_retention import claim_shards
+from tide_operator.passes.effects import ClusterEffects
 
 NOW = 1_000_000.0
 SPEC = parse_spec({"target": {"model": "m", "revision": "r1"}, "storage": {"s3": {"bucket": "tide-b"}},

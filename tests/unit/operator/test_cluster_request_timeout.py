@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from tide_operator import cluster as cluster_module
-from tide_operator.cluster import Cluster
+from tide_operator.adapters import cluster as cluster_module
+from tide_operator.adapters.cluster import Cluster
 from tide_operator.config import KubernetesConfig
 
 

@@ -15,9 +15,9 @@ from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState
 from tide_operator.control.probe import ProbeState
 from tide_operator.control.speculation import SpeculationState
-from tide_operator.control_loop import EffectError, SensorReading, control_pass
-from tide_operator.pod_convergence import CanaryPods
-from tide_operator.serving_status import StatusDraft
+from tide_operator.passes.control_loop import EffectError, SensorReading, control_pass
+from tide_operator.passes.pod_convergence import CanaryPods
+from tide_operator.passes.serving_status import StatusDraft
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 PARAMS = PolicyParams(target_revision="r1")

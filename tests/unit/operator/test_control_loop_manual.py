@@ -12,8 +12,8 @@ from tide_operator.control.lifecycle import LifecycleState
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION, manual_request
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState
-from tide_operator.control_loop import DraftRefused, EffectError, SensorReading, control_pass
-from tide_operator.serving_status import StatusDraft
+from tide_operator.passes.control_loop import DraftRefused, EffectError, SensorReading, control_pass
+from tide_operator.passes.serving_status import StatusDraft
 
 NOW = datetime(2026, 12, 5, 8, 0, tzinfo=UTC)
 PARAMS = PolicyParams(target_revision="r1", observation_window_s=60.0)

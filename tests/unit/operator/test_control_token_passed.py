@@ -11,12 +11,12 @@ import pytest
 from test_every_accepted_spec_runs import FakeCluster
 
 from tide_operator import reconcile as reconcile_module
+from tide_operator.adapters.prometheus_adapter import PrometheusAdapters
 from tide_operator.config import OperatorConfig, StorageConfig
-from tide_operator.control_step import make_fleet
 from tide_operator.manifests import names
 from tide_operator.manifests.control_token import ROTATE_ANNOTATION
 from tide_operator.manifests.serving import CONTROL_AUTH_KEY
-from tide_operator.prometheus_adapter import PrometheusAdapters
+from tide_operator.passes.control_step import make_fleet
 
 CONFIG = OperatorConfig(storage=StorageConfig(buckets=("tide",)))
 

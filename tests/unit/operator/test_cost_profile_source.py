@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from tide_operator.adapters.cost_profile_source import FIELD, parse_profile, read_cost_profile
 from tide_operator.api import SpecError, parse_spec
 from tide_operator.config import OperatorConfig
 from tide_operator.control.cost_model import CostProfile
 from tide_operator.control.spec_params import policy_params
-from tide_operator.cost_profile_source import FIELD, parse_profile, read_cost_profile
 from tide_operator.reconcile import reconcile
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

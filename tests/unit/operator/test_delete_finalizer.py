@@ -7,7 +7,7 @@ import kopf
 import pytest
 
 from tide_operator import handlers
-from tide_operator.artifacts import ArtifactsUnreachable
+from tide_operator.adapters.artifacts import ArtifactsUnreachable
 
 LAST = handlers.WRITER_STOP_ATTEMPTS + handlers.CONFIG.delete_attempts - 1  # the last attempt's retry number
 

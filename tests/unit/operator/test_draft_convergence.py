@@ -15,14 +15,14 @@ from tide_contracts.serving_control import (
     ServingStatus,
     SpeculationState,
 )
+from tide_operator.adapters.fleet import Fleet, ServingPod
 from tide_operator.api import parse_spec
 from tide_operator.control import actions as act
 from tide_operator.control.policy import Observation, PolicyState
-from tide_operator.control_loop import SensorReading
-from tide_operator.control_step import _with_fleet
-from tide_operator.effects import ClusterEffects
-from tide_operator.fleet import Fleet, ServingPod
-from tide_operator.pod_convergence import (
+from tide_operator.passes.control_loop import SensorReading
+from tide_operator.passes.control_step import _with_fleet
+from tide_operator.passes.effects import ClusterEffects
+from tide_operator.passes.pod_convergence import (
     CanaryPods,
     DesiredDrafts,
     DraftLoad,

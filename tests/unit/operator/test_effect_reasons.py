@@ -10,8 +10,8 @@ from kubernetes.client.rest import ApiException
 from tide_operator.api import parse_spec
 from tide_operator.api.conditions import Reason
 from tide_operator.control import actions as act
-from tide_operator.control_loop import EffectError
-from tide_operator.effects import ClusterEffects
+from tide_operator.passes.control_loop import EffectError
+from tide_operator.passes.effects import ClusterEffects
 
 
 class RefusingCluster:

@@ -23,9 +23,10 @@ from pydantic import ValidationError
 
 from tests.unit.api.crd_harness import api_server_verdict
 from tests.unit.api.spec_strategies import specs
+from tide_operator.adapters.cluster import Applied
+from tide_operator.adapters.cost_profile_source import read_cost_profile
 from tide_operator.api import SpecError, TideDeploymentSpec, TideDeploymentStatus, parse_spec
 from tide_operator.api.status import Phase as TidePhase
-from tide_operator.cluster import Applied
 from tide_operator.config import OperatorConfig, PodPolicyConfig, PrometheusConfig, StorageConfig
 from tide_operator.control import actions as act
 from tide_operator.control.canary import PodGroupMetrics
@@ -35,11 +36,10 @@ from tide_operator.control.pod_policy import allowed_image_prefixes
 from tide_operator.control.policy import Observation
 from tide_operator.control.spec_params import policy_params
 from tide_operator.control.storage_tenancy import with_storage_defaults
-from tide_operator.control_loop import SensorReading, control_pass
-from tide_operator.control_step import make_registry
-from tide_operator.cost_profile_source import read_cost_profile
+from tide_operator.passes.control_loop import SensorReading, control_pass
+from tide_operator.passes.control_step import make_registry
+from tide_operator.passes.serving_status import StatusDraft
 from tide_operator.reconcile import reconcile
-from tide_operator.serving_status import StatusDraft
 
 EXAMPLES = 500
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

@@ -11,10 +11,10 @@ import pytest
 from test_draft_convergence import status
 
 from tide_contracts.serving_control import ErrorCode, ServingControlError, ServingStatus
+from tide_operator.adapters.fleet import Fleet, ServingPod
 from tide_operator.api.conditions import Reason
 from tide_operator.config import PodCallsConfig
-from tide_operator.control_loop import EffectError
-from tide_operator.fleet import Fleet, ServingPod
+from tide_operator.passes.control_loop import EffectError
 
 HANG_S = 5.0  # how long a hung fake pod holds its call (a real one: until the socket timeout)
 

@@ -9,7 +9,7 @@ import time
 
 from kubernetes.client.exceptions import ApiException
 
-from tide_operator.gpu_request_watch import SCHEDULED, GpuRequestWatch, HeldGpus
+from tide_operator.adapters.gpu_request_watch import SCHEDULED, GpuRequestWatch, HeldGpus
 
 
 def pod(name: str, node: str | None = "gpu-a", gpus: int = 1, phase: str = "Running", uid: str | None = None,
@@ -81,7 +81,7 @@ class ScriptedPods:
 
 def run_watch(script: list, until, monkeypatch) -> tuple[GpuRequestWatch, ScriptedPods]:
     pods = ScriptedPods(script)
-    monkeypatch.setattr("tide_operator.gpu_request_watch.client.CoreV1Api", lambda api: pods)
+    monkeypatch.setattr("tide_operator.adapters.gpu_request_watch.client.CoreV1Api", lambda api: pods)
     watch = GpuRequestWatch(lambda: None, page_size=2, retry_s=0.01)
     watch.start()
     deadline = time.monotonic() + 10

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes.client.rest import ApiException
 
+from tide_operator.adapters.leader_election import LeaderElector
 from tide_operator.control.leadership import LeaseRecord, LeaseTimings, Verdict
-from tide_operator.leader_election import LeaderElector
 
 T0 = datetime(2026, 12, 5, 8, 0, 0, tzinfo=UTC)
 TIMINGS = LeaseTimings(duration_s=15, renew_deadline_s=10, retry_s=2)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from tide_operator.cluster import Cluster
+from tide_operator.adapters.cluster import Cluster
 
 
 class Secrets:

@@ -14,17 +14,17 @@ from tide_contracts.serving_control import (
     ServingStatus,
     SpeculationState,
 )
+from tide_operator.adapters.fleet import Fleet, RestartRequired, ServingPod
 from tide_operator.api import parse_spec
 from tide_operator.catalog import DEFAULT_CATALOG
 from tide_operator.config import OperatorConfig
 from tide_operator.control import actions as act
 from tide_operator.control.placement import NodeInventory, Placement, PoolRequest, choose_pools
-from tide_operator.control_loop import EffectError
-from tide_operator.effects import ClusterEffects
-from tide_operator.fleet import Fleet, RestartRequired, ServingPod
 from tide_operator.manifests.pod import s3_uri
 from tide_operator.manifests.serving import OFF_BANDS, launch_bands_of
-from tide_operator.pod_convergence import Correction, DesiredPods, corrections
+from tide_operator.passes.control_loop import EffectError
+from tide_operator.passes.effects import ClusterEffects
+from tide_operator.passes.pod_convergence import Correction, DesiredPods, corrections
 
 DEST = "s3://tide/team/chat/captures/"
 DESIRED = DesiredPods(speculation=False, capture=True, sampling_rate=0.5, destination=DEST)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tide_operator.cluster import Applied
+from tide_operator.adapters.cluster import Applied
 from tide_operator.config import OperatorConfig, StorageConfig
 from tide_operator.control.placement import NodeInventory
 from tide_operator.reconcile import reconcile

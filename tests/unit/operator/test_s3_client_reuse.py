@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from tide_operator.adapters.s3_clients import CLIENTS, S3ClientCache
 from tide_operator.api import parse_spec
-from tide_operator.control_step import make_registry
-from tide_operator.s3_clients import CLIENTS, S3ClientCache
+from tide_operator.passes.control_step import make_registry
 
 
 class Secrets:

@@ -11,7 +11,7 @@ import pytest
 
 from tide_operator.control.lifecycle import LifecycleState, Phase, TrainingStatus
 from tide_operator.control.policy import PolicyState
-from tide_operator.sensors import NOT_BETTER_EXIT_CODE, failed_run, last_launch_time, trainer_outcome
+from tide_operator.passes.sensors import NOT_BETTER_EXIT_CODE, failed_run, last_launch_time, trainer_outcome
 
 
 class FakeCluster:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tide_operator.api.status import Phase, TideDeploymentStatus
-from tide_operator.serving_status import ServingObservation, StatusDraft, serving
+from tide_operator.passes.serving_status import ServingObservation, StatusDraft, serving
 
 
 @pytest.mark.parametrize(("replicas", "ready", "phase", "ready_condition", "message"), [

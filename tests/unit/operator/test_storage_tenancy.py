@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from tide_operator.adapters.artifacts import ArtifactsUnreachable, delete_deployment_artifacts
 from tide_operator.api import parse_spec
-from tide_operator.artifacts import ArtifactsUnreachable, delete_deployment_artifacts
 from tide_operator.config import OperatorConfig, StorageConfig, load_operator_config
 from tide_operator.control.storage_tenancy import endpoint_allowed, storage_violations, with_storage_defaults
 from tide_operator.reconcile import reconcile

@@ -17,7 +17,7 @@ from tide_operator.control.lifecycle import (
     step_lifecycle,
 )
 from tide_operator.control.policy import PolicyState
-from tide_operator.sensors import trainer_outcome
+from tide_operator.passes.sensors import trainer_outcome
 
 DEADLINE = {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
             "message": "Job was active longer than specified deadline"}

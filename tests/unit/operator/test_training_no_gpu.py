@@ -13,8 +13,8 @@ from tide_operator.control.lifecycle import (
     TrainingStatus,
     step_lifecycle,
 )
-from tide_operator.control_loop import TRAINING_OUTCOMES
-from tide_operator.sensors import failed_run
+from tide_operator.passes.control_loop import TRAINING_OUTCOMES
+from tide_operator.passes.sensors import failed_run
 
 
 def _pod(exit_code: int | None, message: str = "") -> dict:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tide_operator.cluster import Cluster
-from tide_operator.gpu_request_watch import HeldGpus
-from tide_operator.watch_cache import WatchCache, gpu_node, gpu_request, tide_object
+from tide_operator.adapters.cluster import Cluster
+from tide_operator.adapters.gpu_request_watch import HeldGpus
+from tide_operator.adapters.watch_cache import WatchCache, gpu_node, gpu_request, tide_object
 
 
 def pod(name: str, namespace: str = "llm", node: str | None = "gpu-a", phase: str = "Running", gpus: int = 1,

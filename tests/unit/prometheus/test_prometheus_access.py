@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
+from tide_operator.adapters.prometheus_adapter import AdapterConfig, PrometheusAdapter, PrometheusAdapters
+from tide_operator.adapters.prometheus_credentials import prometheus_refusal, resolve_connection
 from tide_operator.api import parse_spec
 from tide_operator.api.spec_workload import PrometheusSpec
 from tide_operator.catalog import ConfigError
 from tide_operator.config import OperatorConfig, load_operator_config
-from tide_operator.prometheus_access import (
+from tide_operator.control.prometheus_access import (
     CredentialsError,
     PrometheusAuth,
     PrometheusConnection,
@@ -25,8 +27,6 @@ from tide_operator.prometheus_access import (
     split_userinfo,
     url_violation,
 )
-from tide_operator.prometheus_adapter import AdapterConfig, PrometheusAdapter, PrometheusAdapters
-from tide_operator.prometheus_credentials import prometheus_refusal, resolve_connection
 from tide_operator.reconcile import reconcile
 
 OPERATOR_URL = "http://prometheus-operated.monitoring:9090"

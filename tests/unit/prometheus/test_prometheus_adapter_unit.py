@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from tide_operator.prometheus_access import PrometheusConnection
-from tide_operator.prometheus_adapter import (
+from tide_operator.adapters.prometheus_adapter import (
     AdapterConfig,
     PrometheusAdapter,
     PrometheusAdapters,
     PrometheusUnavailable,
 )
-from tide_operator.prometheus_adapter_metrics import observation
-from tide_operator.prometheus_adapter_queries import DeploymentKey, Metric
+from tide_operator.adapters.prometheus_adapter_metrics import observation
+from tide_operator.adapters.prometheus_adapter_queries import DeploymentKey, Metric
+from tide_operator.control.prometheus_access import PrometheusConnection
 
 LLAMA = DeploymentKey("team-a", "llama")
 QWEN = DeploymentKey("team-b", "qwen")

@@ -7,10 +7,15 @@ import time
 import pytest
 from test_prometheus_adapter_unit import LLAMA, QWEN, _adapter
 
-from tide_operator.prometheus_access import PrometheusConnection
-from tide_operator.prometheus_adapter import AdapterConfig, PrometheusAdapter, PrometheusAdapters, PrometheusUnavailable
-from tide_operator.prometheus_adapter_queries import Metric
-from tide_operator.prometheus_poller import idle_limit, next_tick
+from tide_operator.adapters.prometheus_adapter import (
+    AdapterConfig,
+    PrometheusAdapter,
+    PrometheusAdapters,
+    PrometheusUnavailable,
+)
+from tide_operator.adapters.prometheus_adapter_queries import Metric
+from tide_operator.adapters.prometheus_poller import idle_limit, next_tick
+from tide_operator.control.prometheus_access import PrometheusConnection
 
 Q = len(Metric)
 
@@ -130,7 +135,7 @@ def test_a_rotated_slot_closes_the_old_adapter() -> None:
     old = adapters.for_connection(PrometheusConnection("https://p", credentials_owner="team-a/prom"))
     old.snapshot()
     assert old.polling
-    from tide_operator.prometheus_access import PrometheusAuth
+    from tide_operator.control.prometheus_access import PrometheusAuth
     new = adapters.for_connection(PrometheusConnection("https://p", PrometheusAuth(token="t2"),
                                                        credentials_owner="team-a/prom"))
     assert new is not old

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tide_operator.prometheus_adapter_queries import (
+from tide_operator.adapters.prometheus_adapter_queries import (
     DeploymentKey,
     LabelNames,
     Metric,

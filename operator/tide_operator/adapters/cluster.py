@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tide_operator.adapters.watch_cache import GPU_RESOURCE_PREFIXES, GpuRequest, WatchCache, pod_gpus
 from tide_operator.config import KubernetesConfig
 from tide_operator.control.placement import NodeInventory
 from tide_operator.manifests.field_manager import (
@@ -26,7 +27,6 @@ from tide_operator.manifests.field_manager import (
 )
 from tide_operator.manifests.ownership import ChildConflict, conflict, owner_uids
 from tide_operator.process_identity import USER_AGENT
-from tide_operator.watch_cache import GPU_RESOURCE_PREFIXES, GpuRequest, WatchCache, pod_gpus
 
 log = logging.getLogger(__name__)
 DISRUPTION_BUDGET = "PodDisruptionBudget"

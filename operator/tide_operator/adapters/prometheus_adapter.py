@@ -33,10 +33,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tide_operator.api.messages import redact, truncate
-from tide_operator.prometheus_access import PrometheusConnection, split_userinfo
-from tide_operator.prometheus_adapter_metrics import DeploymentMetrics, deployment_metrics
-from tide_operator.prometheus_adapter_queries import (
+from tide_operator.adapters.prometheus_adapter_metrics import DeploymentMetrics, deployment_metrics
+from tide_operator.adapters.prometheus_adapter_queries import (
     DeploymentKey,
     LabelNames,
     Metric,
@@ -45,7 +43,9 @@ from tide_operator.prometheus_adapter_queries import (
     group_results,
     parse_vector,
 )
-from tide_operator.prometheus_poller import SlotPoller, idle_limit, next_tick
+from tide_operator.adapters.prometheus_poller import SlotPoller, idle_limit, next_tick
+from tide_operator.api.messages import redact, truncate
+from tide_operator.control.prometheus_access import PrometheusConnection, split_userinfo
 
 QueryFn = Callable[[str, float], Sequence[Mapping[str, Any]]]
 

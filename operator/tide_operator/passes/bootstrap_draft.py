@@ -12,10 +12,10 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from tide_operator.adapters.cluster import Cluster
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.conditions import ConditionType, Reason
 from tide_operator.api.status import ConditionStatus, TideDeploymentStatus
-from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control.bootstrap import bootstrap_step, init_job_state
 from tide_operator.control.placement import Placement
@@ -23,7 +23,7 @@ from tide_operator.manifests import names
 from tide_operator.manifests.ownership import ChildConflict
 from tide_operator.manifests.serving import bootstrap_draft_of
 from tide_operator.manifests.trainer import bootstrap_location, build_bootstrap_job
-from tide_operator.serving_status import StatusDraft
+from tide_operator.passes.serving_status import StatusDraft
 
 
 def ensure_bootstrap(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement,

@@ -13,11 +13,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 from kubernetes.client.rest import ApiException
 
 from tide_contracts.prefix_delete import DeletionRefused, delete_under_prefix
+from tide_operator.adapters.cluster import Cluster
 from tide_operator.api import SpecError, parse_spec
-from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control.storage_tenancy import storage_violations, with_storage_defaults
-from tide_operator.control_step import make_registry
+from tide_operator.passes.control_step import make_registry
 
 
 class ArtifactsUnreachable(RuntimeError):

@@ -12,20 +12,20 @@ from datetime import datetime
 from typing import Any
 
 from tide_contracts.registry import DraftRegistry
+from tide_operator.adapters.cluster import Cluster
+from tide_operator.adapters.prometheus_adapter import PrometheusAdapter, PrometheusUnavailable
+from tide_operator.adapters.prometheus_adapter_metrics import observation
+from tide_operator.adapters.prometheus_adapter_queries import DeploymentKey
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.conditions import Reason
-from tide_operator.cluster import Cluster
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.lifecycle import TrainingObservation, TrainingStatus, run_id_for
 from tide_operator.control.policy import PolicyState
-from tide_operator.control_loop import SensorReading
-from tide_operator.effects import STORAGE_ERRORS
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.trainer import CONTAINER_NAME as TRAINER_CONTAINER
-from tide_operator.pod_convergence import LAUNCH_DRAFT_VERSION
-from tide_operator.prometheus_adapter import PrometheusAdapter, PrometheusUnavailable
-from tide_operator.prometheus_adapter_metrics import observation
-from tide_operator.prometheus_adapter_queries import DeploymentKey
+from tide_operator.passes.control_loop import SensorReading
+from tide_operator.passes.effects import STORAGE_ERRORS
+from tide_operator.passes.pod_convergence import LAUNCH_DRAFT_VERSION
 
 INITIAL_VERSION = LAUNCH_DRAFT_VERSION  # what the serving plugin reports for the draft a pod was launched with
 NOT_BETTER_EXIT_CODE = 7  # trainer contract (docs/contracts/trainer-cli.md): ExitCode.NOT_BETTER

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tide_operator.adapters.prometheus_adapter_queries import DeploymentKey, GroupKey, Metric, RawGroup
 from tide_operator.control.canary import PodGroupMetrics
 from tide_operator.control.policy import Observation
-from tide_operator.prometheus_adapter_queries import DeploymentKey, GroupKey, Metric, RawGroup
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from tide_operator.control.manual import (
     flip_request,
 )
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState, decide
-from tide_operator.pod_convergence import CanaryPods, CanarySpeculation
-from tide_operator.serving_status import EventNote, StatusDraft
+from tide_operator.passes.pod_convergence import CanaryPods, CanarySpeculation
+from tide_operator.passes.serving_status import EventNote, StatusDraft
 
 PODS_CONVERGED = "PodsConverged"
 DRAFTS_CONVERGED = "DraftsConverged"

@@ -15,27 +15,27 @@ from typing import Any
 
 from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD
 from tide_contracts.registry import CaptureSampleCache, DraftRegistry
+from tide_operator.adapters.cluster import Cluster
+from tide_operator.adapters.cost_profile_source import ProfilePoints
+from tide_operator.adapters.fleet import Fleet, ServingPod
+from tide_operator.adapters.prometheus_adapter import PrometheusAdapters
+from tide_operator.adapters.prometheus_credentials import resolve_connection
+from tide_operator.adapters.s3_clients import CLIENTS as S3_CLIENTS
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.units import duration_seconds
-from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control.manual import ManualRequest
 from tide_operator.control.placement import Placement
 from tide_operator.control.policy import PolicyState
+from tide_operator.control.prometheus_access import CredentialsError
 from tide_operator.control.spec_params import fleet_max_batch_size, policy_params
-from tide_operator.control_loop import SensorReading, control_pass
-from tide_operator.cost_profile_source import ProfilePoints
-from tide_operator.effects import ClusterEffects
-from tide_operator.fleet import Fleet, ServingPod
 from tide_operator.manifests import labels
 from tide_operator.manifests.ownership import owner_uids
 from tide_operator.manifests.pod import registry_prefix, s3_encryption
-from tide_operator.prometheus_access import CredentialsError
-from tide_operator.prometheus_adapter import PrometheusAdapters
-from tide_operator.prometheus_credentials import resolve_connection
-from tide_operator.s3_clients import CLIENTS as S3_CLIENTS
-from tide_operator.sensors import read_sensors
-from tide_operator.serving_status import StatusDraft
+from tide_operator.passes.control_loop import SensorReading, control_pass
+from tide_operator.passes.effects import ClusterEffects
+from tide_operator.passes.sensors import read_sensors
+from tide_operator.passes.serving_status import StatusDraft
 
 _LAST_RUN: dict[tuple[str, str], float] = {}
 # Samples per capture object, per TideDeployment: each pass lists the buffer, and only objects

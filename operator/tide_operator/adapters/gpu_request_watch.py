@@ -25,7 +25,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from tide_operator.watch_cache import GpuRequest, gpu_request
+from tide_operator.adapters.watch_cache import GpuRequest, gpu_request
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from kubernetes.client.rest import ApiException
 from tide_operator.api.conditions import Reason
 from tide_operator.api.spec_workload import PrometheusSpec
 from tide_operator.config import OperatorConfig, PrometheusConfig
-from tide_operator.prometheus_access import (
+from tide_operator.control.prometheus_access import (
     SECRET_FIELD,
     ConnectionPlan,
     CredentialsError,

@@ -13,15 +13,15 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from tide_operator.adapters.cluster import Cluster
 from tide_operator.api import SpecError, parse_spec
-from tide_operator.capture_retention import enforce_retention
-from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control.storage_tenancy import with_storage_defaults
-from tide_operator.control_step import make_registry
-from tide_operator.effects import STORAGE_ERRORS
+from tide_operator.passes.capture_retention import enforce_retention
+from tide_operator.passes.control_step import make_registry
+from tide_operator.passes.effects import STORAGE_ERRORS
+from tide_operator.passes.serving_status import EventNote
 from tide_operator.reconcile import policy_refusal
-from tide_operator.serving_status import EventNote
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from tide_contracts.serving_control import (
 )
 from tide_operator.api.conditions import Reason
 from tide_operator.config import PodCallsConfig
-from tide_operator.control_loop import DraftRefused, EffectError
+from tide_operator.passes.control_loop import DraftRefused, EffectError
 
 ClientFactory = Callable[[str, str, float], Any]  # (base URL, token, timeout in seconds) -> client
 # Serving contract errors that say the draft's files are unfit (not that the pod is unwell).

@@ -15,10 +15,9 @@ from datetime import datetime
 from typing import Any
 
 from tide_contracts.registry import DraftRegistry, PointerConflict, RegistryError
+from tide_operator.adapters.cluster import Cluster
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.units import duration_seconds
-from tide_operator.capture_buffer import PRUNE_REASON, capture_limits, prune_capture_buffer
-from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control.lifecycle import run_number
 from tide_operator.control.retention import (
@@ -33,7 +32,8 @@ from tide_operator.control.retention import (
 from tide_operator.control.spec_params import policy_params
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.ownership import conflict
-from tide_operator.serving_status import EventNote
+from tide_operator.passes.capture_buffer import PRUNE_REASON, capture_limits, prune_capture_buffer
+from tide_operator.passes.serving_status import EventNote
 
 log = logging.getLogger(__name__)
 CLAIMS_RELEASED_REASON = "CaptureClaimsReleased"

@@ -28,15 +28,13 @@ from tide_contracts.registry import (
     UnknownVersion,
 )
 from tide_contracts.serving_control import ServingStatus
+from tide_operator.adapters.cluster import Cluster
+from tide_operator.adapters.fleet import Fleet, RestartRequired, ServingPod
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.conditions import Reason
-from tide_operator.capture_retention import claim_shards
-from tide_operator.cluster import Cluster
 from tide_operator.config import OperatorConfig
 from tide_operator.control import actions as act
 from tide_operator.control.placement import Placement
-from tide_operator.control_loop import DraftRefused, EffectError
-from tide_operator.fleet import Fleet, RestartRequired, ServingPod
 from tide_operator.manifests import names
 from tide_operator.manifests.ownership import ChildConflict, owner_uids
 from tide_operator.manifests.pod import s3_uri
@@ -48,7 +46,9 @@ from tide_operator.manifests.serving import (
     launch_bands_of,
 )
 from tide_operator.manifests.trainer import bootstrap_location, build_trainer_job
-from tide_operator.pod_convergence import (
+from tide_operator.passes.capture_retention import claim_shards
+from tide_operator.passes.control_loop import DraftRefused, EffectError
+from tide_operator.passes.pod_convergence import (
     LAUNCH_DRAFT_VERSION,
     CanaryPods,
     CanarySpeculation,
