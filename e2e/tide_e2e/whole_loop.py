@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -393,6 +394,10 @@ def summary_table(result: LoopResult) -> str:
     lines.append(f"{'requests served / failed':40s} {result.requests_ok:8d} / {len(result.requests_failed)}")
     if result.pointer is not None:
         lines.append(f"{'promoted.json':40s} {result.pointer.version} (run {result.pointer.run_id})")
+    # What a failed run needs next (the assertions come after this table): why requests failed, every Event.
+    reasons = Counter(failure.split(": ", 1)[-1][:160] for failure in result.requests_failed)
+    lines += [f"  {count:6d} failed: {reason}" for reason, count in reasons.most_common(5)]
+    lines += [f"  event {reason}: {message[:200]}" for reason, message in result.events]
     return "\n".join(lines)
 
 

@@ -227,7 +227,16 @@ def _place(spec: TideDeploymentSpec, cluster: Cluster, config: OperatorConfig, n
     training = PoolRequest(allowed=spec.training.gpu_classes or None, units=1,
                            gpus_per_unit=spec.training.gpus_per_job)
     current = status.inference_pool.gpu_class if status.inference_pool else None
-    return choose_pools(nodes, config.catalog, inference, training, current)
+    placed = _placed(cluster.pods(namespace, labels.serving_selector(name)), current) if current else 0
+    return choose_pools(nodes, config.catalog, inference, training, current, placed)
+
+
+def _placed(pods: list[dict[str, Any]], gpu_class: str) -> int:
+    """Serving pods of ``gpu_class`` bound to a node and staying there (not finished, not being deleted)."""
+    return sum(1 for p in pods
+               if (p["metadata"].get("labels") or {}).get(labels.GPU_CLASS_LABEL) == gpu_class
+               and (p.get("spec") or {}).get("nodeName") and not p["metadata"].get("deletionTimestamp")
+               and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
 
 
 def _children(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement,

@@ -163,9 +163,15 @@ def _training_value(gpu_class: GpuClass) -> float:
 
 
 def choose_inference_pool(pools: Pools, catalog: GpuCatalog, request: PoolRequest,
-                          current: str | None = None) -> PoolChoice:
+                          current: str | None = None, placed: int = 0) -> PoolChoice:
     """The current class while allowed (its pods stay put) unless only another device has room;
-    otherwise a class with room now, then one with nodes, then the fastest (catalog order on ties)."""
+    otherwise a class with room now, then one with nodes, then the fastest (catalog order on ties).
+
+    ``placed``: the current class's serving pods already bound to a node. While every replica is
+    placed the class stays whatever the nodes look like now: a node whose heartbeat is late is
+    NotReady (not schedulable) for a moment, and moving the whole fleet to another device for it
+    would restart every pod. A class change is for replicas that cannot be placed.
+    """
     candidates = _candidates(catalog, request.allowed)
     if not candidates:
         return _no_class(request)
@@ -174,6 +180,9 @@ def choose_inference_pool(pools: Pools, catalog: GpuCatalog, request: PoolReques
         return _units_fit(_free(pools, classes), request.gpus_per_unit) >= request.units
 
     kept = next((c for c in candidates if c.name == current), None)
+    if kept is not None and placed >= request.units:
+        return _choice(kept, candidates, pools, request, _inference_value,
+                       f"current class, its {placed} replica(s) placed", 0)
     if kept is not None and (fits(same_device(candidates, kept))
                              or not any(fits(same_device(candidates, c)) for c in candidates)):
         return _choice(kept, candidates, pools, request, _inference_value, "current class", request.units)
@@ -226,10 +235,11 @@ def choose_pools(
     inference: PoolRequest,
     training: PoolRequest,
     current_inference_class: str | None = None,
+    placed: int = 0,
 ) -> Placement:
     """Inference pool first, then the training pool from what the replicas leave free."""
     pools = _free_by_class(nodes, catalog)
-    inference_choice = choose_inference_pool(pools, catalog, inference, current_inference_class)
+    inference_choice = choose_inference_pool(pools, catalog, inference, current_inference_class, placed)
     left = _after_inference(pools, inference_choice, inference)
     inference_name = inference_choice.gpu_class.name if inference_choice.gpu_class else None
     return Placement(inference_choice, choose_training_pool(left, catalog, training, inference_name))

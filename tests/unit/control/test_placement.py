@@ -33,13 +33,14 @@ def mi300x(name: str, gpus: int = 8, used: int = 0) -> NodeInventory:
 CPU = NodeInventory("cpu-1", {"kubernetes.io/os": "linux"}, {"cpu": 64})
 
 
-def choose(nodes, replicas=2, gpus=4, job_gpus=4, inference=None, training=None, current=None):
+def choose(nodes, replicas=2, gpus=4, job_gpus=4, inference=None, training=None, current=None, placed=0):
     return choose_pools(
         nodes,
         DEFAULT_CATALOG,
         PoolRequest(inference, replicas, gpus),
         PoolRequest(training, 1, job_gpus),
         current,
+        placed,
     )
 
 
@@ -230,6 +231,20 @@ def test_current_class_is_kept_while_it_is_allowed() -> None:
 def test_current_class_moves_only_when_another_vendor_has_room_and_its_own_has_none() -> None:
     placement = choose([h100("h1", used=8), mi250("m1")], replicas=1, current="H100")
     assert (placement.inference.gpu_class.name, placement.inference.reason) == ("MI250", Reason.POOLS_CHOSEN)
+
+
+def test_placed_replicas_keep_their_class_while_their_nodes_are_not_ready() -> None:
+    # The H100 nodes' heartbeats are late (NotReady: not schedulable) while the MI250 node has room.
+    late = [NodeInventory(n, h100(n).labels, {NV: 8}, schedulable=False) for n in ("h1", "h2")]
+    kept = choose([*late, mi250("m1")], replicas=2, gpus=1, current="H100", placed=2).inference
+    assert (kept.gpu_class.name, kept.reason) == ("H100", Reason.POOLS_CHOSEN)
+    assert "2 replica(s) placed" in kept.message
+    # One replica cannot be placed (the other is Pending): moving is allowed again.
+    moved = choose([*late, mi250("m1")], replicas=2, gpus=1, current="H100", placed=1).inference
+    assert moved.gpu_class.name == "MI250"
+    # A class the spec no longer allows is left even with every replica placed.
+    left = choose([h100("h1"), h200("h2")], replicas=1, current="H100", placed=1, inference=("H200",)).inference
+    assert left.gpu_class.name == "H200"
 
 
 def test_inference_replicas_leave_room_for_training_on_the_same_class() -> None:

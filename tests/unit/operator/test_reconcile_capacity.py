@@ -31,12 +31,16 @@ class RecordingCluster:
         self.nodes, self.live, self.policy_version = nodes, live or {}, policy_version
         self.applied: list[dict[str, Any]] = []
         self.deleted: list[tuple[str, str]] = []
+        self.serving_pods: list[dict[str, Any]] = []
 
     def node_inventory(self, exclude: Any = None) -> list[NodeInventory]:
         return self.nodes
 
     def read(self, kind: str, namespace: str, name: str) -> dict | None:
         return self.live.get((kind, name))
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return self.serving_pods
 
     def apply(self, desired: dict[str, Any], live: dict[str, Any] | None = None) -> Applied:
         self.applied.append(desired)
@@ -147,3 +151,34 @@ def test_an_invalid_budget_names_the_field_and_writes_nothing() -> None:
     assert result.status["phase"] == "Invalid"
     assert condition(result.status, "Ready")["message"].startswith("spec.inference.disruption:")
     assert cluster.applied == []
+
+
+def serving_pod(name: str, gpu_class: str, node: str | None, phase: str = "Running",
+                deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"tide.dev/gpu-class": gpu_class}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-05T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node} if node else {}, "status": {"phase": phase}}
+
+
+def test_serving_nodes_not_ready_for_a_moment_move_nothing() -> None:
+    # The H100 nodes' heartbeats are late (NotReady, so not schedulable); the MI250 node has room.
+    late = [NodeInventory(f"h100-{i}", H100, {"nvidia.com/gpu": 8}, schedulable=False) for i in range(2)]
+    mi250 = NodeInventory("mi250-0", {"amd.com/gpu.product-name": "AMD_Instinct_MI250X_MI250"}, {"amd.com/gpu": 8})
+    body = body_with(replicas=2, gpusPerReplica=1)
+    body["status"] = {"inferencePool": {"gpuClass": "H100", "nodes": 2, "replicas": 2, "replicasReady": 2}}
+
+    cluster = RecordingCluster([*late, mi250])
+    cluster.serving_pods = [serving_pod("a", "H100", "h100-0"), serving_pod("b", "H100", "h100-1"),
+                            serving_pod("c", "H100", "h100-1", deleting=True)]
+    result = reconcile(body, cluster, LENDS_TIDE, adopt=lambda c: c)  # type: ignore[arg-type]
+    assert result.status["inferencePool"]["gpuClass"] == "H100"
+    labels = cluster.child("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert labels["tide.dev/gpu-class"] == "H100"  # the template did not change: no pod restarts
+
+    # A replica that cannot be placed (Pending, no node), the other being deleted: the class may move.
+    cluster = RecordingCluster([*late, mi250])
+    cluster.serving_pods = [serving_pod("a", "H100", "h100-0"), serving_pod("b", "H100", None, phase="Pending"),
+                            serving_pod("c", "H100", "h100-1", deleting=True)]
+    result = reconcile(body, cluster, LENDS_TIDE, adopt=lambda c: c)  # type: ignore[arg-type]
+    assert result.status["inferencePool"]["gpuClass"] == "MI250"
