@@ -225,6 +225,9 @@ class KubernetesConfig(_ConfigModel):
     read_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
     """Per request: an API server that stops answering fails the pass, which is retried, instead of
     holding one of Kopf's worker threads without end."""
+    secret_max_age_seconds: float = Field(default=300.0, ge=0, le=86400)
+    """How long a credentials Secret a spec references is used without reading it again (secret_cache.py);
+    a 401/403 from S3 or Prometheus re-reads it at once. 0: read on every pass."""
 
 
 class OperatorConfig(_ConfigModel):

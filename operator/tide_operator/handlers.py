@@ -21,6 +21,7 @@ from tide_operator.adapters.artifacts import ArtifactsRefused, ArtifactsUnreacha
 from tide_operator.adapters.cluster import Cluster, api_client, set_request_timeout
 from tide_operator.adapters.gpu_request_watch import GpuRequestWatch
 from tide_operator.adapters.prometheus_adapter import AdapterConfig, PrometheusAdapters
+from tide_operator.adapters.secret_cache import SECRETS
 from tide_operator.api import GROUP, PLURAL, VERSION
 from tide_operator.api.messages import bounded_message
 from tide_operator.config import OperatorConfig, load_operator_config
@@ -52,8 +53,11 @@ CLUSTERWIDE = True
 # The GPUs scheduled pods of every namespace hold, for placement (started by a cluster-wide operator).
 GPU_REQUESTS = GpuRequestWatch(api_client)
 # One adapter per endpoint: deployments sharing a Prometheus share its queries.
+# A 401/403 from Prometheus drops the Secret its credentials came from: the next pass reads it again.
 PROMETHEUS = PrometheusAdapters(AdapterConfig(window_s=CONFIG.prometheus_window_seconds,
-                                              interval_s=CONFIG.prometheus_interval_seconds))
+                                              interval_s=CONFIG.prometheus_interval_seconds),
+                                on_refused=SECRETS.forget_holding)
+SECRETS.max_age_s = CONFIG.kubernetes.secret_max_age_seconds
 
 
 @kopf.on.startup()
@@ -89,7 +93,8 @@ def cluster(kwargs: dict[str, Any]) -> Cluster:
     """The Kubernetes adapter for one handler call, reading pods, Jobs and nodes from the watch caches."""
     if CLUSTERWIDE:
         GPU_REQUESTS.start()  # at the first pass: Kopf has logged in (the first placement lists pods itself)
-    return Cluster(cache=watch_cache.WatchCache.from_kwargs(kwargs, GPU_REQUESTS if CLUSTERWIDE else None))
+    return Cluster(cache=watch_cache.WatchCache.from_kwargs(kwargs, GPU_REQUESTS if CLUSTERWIDE else None),
+                   secrets=SECRETS)
 
 
 def adopt(body: kopf.Body) -> Any:

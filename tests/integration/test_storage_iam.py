@@ -17,6 +17,7 @@ policies: those are AWS's to enforce and are not proved here (docs/security.md).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -26,6 +27,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -34,6 +36,8 @@ from botocore.exceptions import ClientError
 
 from tide_contracts.registry import CaptureLimits, CaptureObject, PruneIncomplete, RegistryError
 from tide_operator.adapters.artifacts import ArtifactsUnreachable, delete_deployment_artifacts
+from tide_operator.adapters.cluster import Cluster
+from tide_operator.adapters.secret_cache import SECRETS
 from tide_operator.api import parse_spec
 from tide_operator.config import OperatorConfig, StorageConfig
 from tide_operator.passes.control_step import make_registry
@@ -176,3 +180,39 @@ def test_the_same_keys_work_under_their_own_prefix(store: IamStore) -> None:
     assert [c.key for c in registry.list_captures()] == [key]
     assert delete_deployment_artifacts(body, TenantSecrets(store, "a"), _config(store)) == 1  # type: ignore[arg-type]
     assert _b_data(store) == dict.fromkeys(B_OBJECTS, b"tenant B")
+
+
+class RotatingSecret:
+    """The API server's side of a credentials Secret for the real Cluster adapter: reads are counted."""
+
+    def __init__(self, data: dict[str, str]) -> None:
+        self.data, self.reads = data, 0
+
+    def read_namespaced_secret(self, name: str, namespace: str) -> Any:
+        self.reads += 1
+        return SimpleNamespace(data={k: base64.b64encode(v.encode()).decode() for k, v in self.data.items()})
+
+
+def test_a_key_the_store_refuses_is_read_again_from_its_secret(store: IamStore) -> None:
+    """Issue 18: the Secret is read once and kept, never watched; S3 refusing its key (a rotation: the old
+    key deleted, the Secret updated) makes the next pass read it again, and that pass works."""
+    SECRETS.clear()
+    secret = RotatingSecret({"AWS_ACCESS_KEY_ID": "deleted-key", "AWS_SECRET_ACCESS_KEY": "x"})
+    cluster = Cluster(secrets=SECRETS)
+    cluster.core = secret
+    spec = parse_spec(_body(store, "team-a/chat")["spec"])
+    try:
+        registry = make_registry("chat", "team-a", spec, cluster)  # type: ignore[arg-type]
+        secret.data = dict(zip(("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"), store.keys["a"], strict=True))
+        assert make_registry("chat", "team-a", spec, cluster)
+        assert secret.reads == 1
+        with pytest.raises(RegistryError, match="InvalidAccessKeyId"):
+            registry.promoted()  # the old key, refused by the store
+
+        rotated = make_registry("chat", "team-a", spec, cluster)  # type: ignore[arg-type]
+        assert secret.reads == 2
+        assert rotated.promoted() == (None, None)  # the new key works
+        make_registry("chat", "team-a", spec, cluster)  # type: ignore[arg-type]
+        assert secret.reads == 2  # and is kept again
+    finally:
+        SECRETS.clear()

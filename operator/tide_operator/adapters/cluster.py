@@ -10,12 +10,14 @@ build (manifests/field_manager.py), so an unchanged TideDeployment costs zero wr
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tide_operator.adapters.secret_cache import SecretCache
 from tide_operator.adapters.watch_cache import GPU_RESOURCE_PREFIXES, GpuRequest, WatchCache, pod_gpus
 from tide_operator.config import KubernetesConfig
 from tide_operator.control.placement import NodeInventory
@@ -83,16 +85,19 @@ def api_client() -> TimedApiClient:
 
 class Cluster:
     """``cache``: the operator's watch caches (watch_cache.py); without them (tests, one-off passes) the
-    pods, Jobs and nodes are listed."""
+    pods, Jobs and nodes are listed. ``secrets``: the process's referenced Secrets (secret_cache.py);
+    without it each Cluster reads them once."""
 
     def __init__(self, api: client.ApiClient | None = None, cache: WatchCache | None = None,
-                 request_timeout: RequestTimeout | None = None) -> None:
+                 request_timeout: RequestTimeout | None = None, secrets: SecretCache | None = None) -> None:
         self.api = api or TimedApiClient(request_timeout or _DEFAULTS["request_timeout"])
         self.cache = cache
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
-        self._secrets: dict[tuple[str, str], dict[str, Any] | None] = {}  # referenced Secrets read by this pass
+        # Without the process's cache, this Cluster's own: each referenced Secret read once per pass.
+        self.secrets = secrets if secrets is not None else SecretCache(max_age_s=float("inf"))
+        self._missing: set[tuple[str, str]] = set()  # referenced Secrets this pass found missing (read once)
 
     # --- reads ---
     def secret_exists(self, namespace: str, name: str) -> bool:
@@ -261,24 +266,30 @@ class Cluster:
     def secret_data(self, namespace: str, name: str) -> dict[str, str]:
         import base64
 
-        secret = self._referenced_secret(namespace, name)
-        if secret is None:
+        data = self._referenced_secret(namespace, name)
+        if data is None:
             raise ApiException(status=404, reason=f"Secret {namespace}/{name} not found")
-        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+        return {k: base64.b64decode(v).decode() for k, v in data.items()}
 
-    def _referenced_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """A Secret a spec references (S3 or Prometheus credentials), read with one GET per Cluster: the
-        handlers build one per pass, so the existence check and the credentials share a read and the
-        next pass sees a rotated key. Never the control token's Secret (read() reads it: we write it)."""
-        if (namespace, name) not in self._secrets:
+    def _referenced_secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        """The data of a Secret a spec references (S3 or Prometheus credentials): one GET, then kept
+        until refused or aged out (secret_cache.py), so the existence check and the credentials share
+        a read. Never the control token's Secret (read() reads it each pass: we write it)."""
+        def read() -> Mapping[str, str] | None:
             try:
-                self._secrets[(namespace, name)] = self.api.sanitize_for_serialization(
-                    self.core.read_namespaced_secret(name, namespace))
+                secret = self.api.sanitize_for_serialization(self.core.read_namespaced_secret(name, namespace))
             except ApiException as e:
                 if e.status != 404:
                     raise
-                self._secrets[(namespace, name)] = None
-        return self._secrets[(namespace, name)]
+                return None
+            return secret.get("data") or {}  # type: ignore[no-any-return]
+
+        if (namespace, name) in self._missing:
+            return None
+        data = self.secrets.get(namespace, name, read)
+        if data is None:
+            self._missing.add((namespace, name))
+        return data
 
     # --- per-kind plumbing ---
     def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:

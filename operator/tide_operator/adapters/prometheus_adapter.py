@@ -108,13 +108,23 @@ def _described(err: Exception) -> str:
     text = re.sub(r"with url: \S+", "with url: /api/v1/query", str(err))
     if "CERTIFICATE_VERIFY_FAILED" in text:
         return f"TLS certificate not trusted (prometheus.caFile, or ca.crt in the credentials Secret): {text}"
-    if re.match(r"HTTP Status Code 40[13]\b", text):
+    if _refused(err):
         return f"credentials refused: {text}"
     return f"query failed: {text}"
 
 
-def http_query(endpoint: str | PrometheusConnection, timeout_s: float) -> QueryFn:
-    """prometheus-api-client's instant query; connection and HTTP errors become PrometheusUnavailable."""
+def _refused(err: Exception) -> bool:
+    return re.match(r"HTTP Status Code 40[13]\b", str(err)) is not None
+
+
+OnRefused = Callable[[Sequence[str]], Any]  # the credentials an answer refused (secret_cache.forget_holding)
+
+
+def http_query(endpoint: str | PrometheusConnection, timeout_s: float, on_refused: OnRefused | None = None) -> QueryFn:
+    """prometheus-api-client's instant query; connection and HTTP errors become PrometheusUnavailable.
+
+    A 401 or 403 also goes to ``on_refused`` with the connection's secrets, so the Secret they came
+    from is read again (a rotated token) before the next pass builds its connection."""
     import requests
     from prometheus_api_client.exceptions import PrometheusApiClientException
     from prometheus_api_client.prometheus_connect import PrometheusConnect
@@ -134,6 +144,8 @@ def http_query(endpoint: str | PrometheusConnection, timeout_s: float) -> QueryF
         try:
             result = client.custom_query(promql, params={"time": f"{at:.3f}"})
         except (requests.RequestException, PrometheusApiClientException) as err:
+            if on_refused is not None and _refused(err):
+                on_refused(secrets)
             raise PrometheusUnavailable(url, _described(err), secrets) from err
         except (ValueError, KeyError, TypeError) as err:  # not JSON, or no data.result
             raise PrometheusUnavailable(url, f"malformed answer: {err!r}", secrets) from err
@@ -149,11 +161,11 @@ class PrometheusAdapter:
 
     def __init__(self, endpoint: str | PrometheusConnection, config: AdapterConfig | None = None, *,
                  query: QueryFn | None = None, clock: Callable[[], float] = time.time,
-                 poll: bool = True) -> None:
+                 poll: bool = True, on_refused: OnRefused | None = None) -> None:
         self.connection = connection_of(endpoint)
         self.endpoint = self.connection.url  # never with userinfo: it goes into messages
         self.config = config or AdapterConfig()
-        self._query = query or http_query(self.connection, self.config.timeout_s)
+        self._query = query or http_query(self.connection, self.config.timeout_s, on_refused)
         self._clock = clock
         self._queries = build_queries(self.config.labels, self.config.window_s)
         self._poll = poll and self.config.interval_s > 0
@@ -257,9 +269,11 @@ class PrometheusAdapters:
     Prometheus share its queries, and never a snapshot fetched with another tenant's credentials."""
 
     def __init__(self, config: AdapterConfig | None = None,
-                 factory: Callable[[PrometheusConnection, AdapterConfig], PrometheusAdapter] | None = None) -> None:
+                 factory: Callable[[PrometheusConnection, AdapterConfig], PrometheusAdapter] | None = None,
+                 on_refused: OnRefused | None = None) -> None:
         self.config = config or AdapterConfig()
-        self._factory = factory or PrometheusAdapter
+        self._factory = factory or (lambda connection, config: PrometheusAdapter(connection, config,
+                                                                                 on_refused=on_refused))
         self._adapters: dict[tuple[str, str, str], tuple[PrometheusConnection, PrometheusAdapter]] = {}
         self._lock = threading.Lock()
 

@@ -1,6 +1,6 @@
 """A referenced Secret (S3 or Prometheus credentials) is read once per pass: the existence check and
-the credentials come from the same GET. The next pass (a new Cluster) reads it afresh, so a rotated key
-is used at once."""
+the credentials come from the same GET. Without the process's Secret cache the next pass (a new
+Cluster) reads it afresh; with it (the operator's handlers) the next pass reads memory."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from tide_operator.adapters.cluster import Cluster
+from tide_operator.adapters.secret_cache import SecretCache
 
 
 class Secrets:
@@ -25,8 +26,8 @@ class Secrets:
                                                      for k, v in self.data.items()}}
 
 
-def cluster_reading(secrets: Secrets) -> Cluster:
-    made = Cluster(request_timeout=(5.0, 30.0))
+def cluster_reading(secrets: Secrets, cache: SecretCache | None = None) -> Cluster:
+    made = Cluster(request_timeout=(5.0, 30.0), secrets=cache)
     made.core = secrets  # type: ignore[assignment]
     return made
 
@@ -50,3 +51,24 @@ def test_a_missing_secret_is_missing_for_both_and_read_once() -> None:
     with pytest.raises(ApiException) as missing:
         made.secret_data("team", "creds")
     assert (missing.value.status, secrets.gets) == (404, 1)
+
+
+def test_with_the_process_cache_the_next_pass_reads_memory_until_refused() -> None:
+    secrets, cache = Secrets({"AWS_ACCESS_KEY_ID": "AKIA1", "AWS_SECRET_ACCESS_KEY": "one"}), SecretCache()
+    for _ in range(3):  # three passes
+        made = cluster_reading(secrets, cache)
+        assert made.secret_exists("team", "creds")
+        assert made.secret_data("team", "creds")["AWS_SECRET_ACCESS_KEY"] == "one"
+    assert secrets.gets == 1
+    secrets.data = {"AWS_ACCESS_KEY_ID": "AKIA2", "AWS_SECRET_ACCESS_KEY": "two"}
+    cache.forget_holding(["AKIA1"])  # S3 refused the old key (s3_clients.py)
+    assert cluster_reading(secrets, cache).secret_data("team", "creds")["AWS_ACCESS_KEY_ID"] == "AKIA2"
+    assert secrets.gets == 2
+
+
+def test_with_the_process_cache_a_missing_secret_is_read_again_next_pass() -> None:
+    secrets, cache = Secrets(None), SecretCache()
+    assert not cluster_reading(secrets, cache).secret_exists("team", "creds")
+    secrets.data = {"AWS_ACCESS_KEY_ID": "AKIA1", "AWS_SECRET_ACCESS_KEY": "one"}  # created by the user
+    assert cluster_reading(secrets, cache).secret_exists("team", "creds")
+    assert secrets.gets == 2

@@ -247,3 +247,36 @@ def test_bad_answers_become_prometheus_unavailable(status: int, body: bytes) -> 
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize(("status", "refused"), [(401, True), (403, True), (500, False), (400, False)])
+def test_a_refused_answer_reports_the_credentials_it_refused(status: int, refused: bool) -> None:
+    """A 401/403 hands the connection's secrets to on_refused (the Secret holding them is read again)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from tide_operator.control.prometheus_access import PrometheusAuth
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"no")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    reported: list[Sequence[str]] = []
+    try:
+        connection = PrometheusConnection(f"http://127.0.0.1:{server.server_port}", PrometheusAuth(token="t0k"))
+        adapters = PrometheusAdapters(AdapterConfig(timeout_s=2, interval_s=0), on_refused=reported.append)
+        with pytest.raises(PrometheusUnavailable, match="credentials refused" if refused else "query failed"):
+            adapters.for_connection(connection).snapshot()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(reported) == (1 if refused else 0)
+    assert all("t0k" in secrets for secrets in reported)
