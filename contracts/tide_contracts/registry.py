@@ -30,6 +30,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
 from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD, server_side_copy, stream_sha256
+from tide_contracts.draft_pool import DomainSignature
 from tide_contracts.encryption import S3Encryption
 from tide_contracts.prefix_delete import DeletionRefused, delete_under_prefix
 
@@ -98,6 +99,8 @@ class Manifest(_Frozen):
     samples: dict[str, int] = Field(default_factory=dict)  # train_requests, eval_tokens, ...
     eval: dict[str, Any] = Field(default_factory=dict)  # the trainer's decision block
     files: dict[str, FileEntry]
+    # The training captures' domain signature (the draft pool's key); None in manifests written before it.
+    signature: DomainSignature | None = None
 
     @property
     def evaluation_acceptance_length(self) -> float | None:
