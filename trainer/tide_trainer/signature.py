@@ -33,24 +33,35 @@ def projection_matrix(width: int, dimensions: int = SIGNATURE_DIMENSIONS) -> np.
 
 
 class SignatureAccumulator:
-    """Streaming mean and variance of the projected hidden states (Chan et al.'s pairwise merge)."""
+    """Streaming mean and variance of the projected hidden states (Chan et al.'s pairwise merge).
+
+    Each layer is projected first and divided by its RMS after (the projection is linear), in float32
+    like the captured states; the running statistics are float64.
+    """
 
     def __init__(self, hidden_size: int, dimensions: int = SIGNATURE_DIMENSIONS) -> None:
         self.hidden_size = hidden_size
-        self.projection = projection_matrix(NUM_AUX_LAYERS * hidden_size, dimensions)
+        width = NUM_AUX_LAYERS * hidden_size
+        # [layers, H, d]: the rows of the whole matrix that each layer's slice of a row meets
+        self.projection = projection_matrix(width, dimensions).astype(np.float32).reshape(
+            NUM_AUX_LAYERS, hidden_size, dimensions)
         self.tokens = 0
         self.mean = np.zeros(dimensions)
         self.m2 = np.zeros(dimensions)  # sum of squared deviations from the mean
 
     def add(self, aux_hidden: np.ndarray) -> None:
         """Rows of captured tokens: [T, 3*H] (low|middle|high, as the trainer's samples) or [T, 3, H]."""
-        rows = np.asarray(aux_hidden, dtype=np.float64).reshape(-1, NUM_AUX_LAYERS, self.hidden_size)
-        if rows.shape[0] == 0:
+        rows = np.asarray(aux_hidden, dtype=np.float32).reshape(-1, NUM_AUX_LAYERS, self.hidden_size)
+        n = rows.shape[0]
+        if n == 0:
             return
-        rms = np.sqrt(np.mean(rows * rows, axis=-1, keepdims=True))
-        projected = (rows / np.maximum(rms, _MIN_RMS)).reshape(rows.shape[0], -1) @ self.projection  # [T, d]
-        n, mean = projected.shape[0], projected.mean(axis=0)
-        m2 = ((projected - mean) ** 2).sum(axis=0)
+        rms = np.sqrt(np.einsum("tlh,tlh->tl", rows, rows, dtype=np.float64) / self.hidden_size)  # [T, 3]
+        projected = np.zeros((n, self.projection.shape[-1]))  # [T, d]
+        for layer in range(NUM_AUX_LAYERS):
+            projected += (rows[:, layer] @ self.projection[layer]) / np.maximum(rms[:, layer:layer + 1], _MIN_RMS)
+        self._merge(n, projected.mean(axis=0), ((projected - projected.mean(axis=0)) ** 2).sum(axis=0))
+
+    def _merge(self, n: int, mean: np.ndarray, m2: np.ndarray) -> None:
         total = self.tokens + n
         delta = mean - self.mean
         self.m2 += m2 + delta * delta * self.tokens * n / total

@@ -55,8 +55,9 @@ def test_streaming_statistics_equal_those_of_all_rows_at_once() -> None:
     assert streamed.tokens == 50
     assert len(streamed.mean) == SIGNATURE_DIMENSIONS
     assert streamed.projection == PROJECTION
-    np.testing.assert_allclose(streamed.mean, projected.mean(axis=0), rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(streamed.std, projected.std(axis=0), rtol=1e-9, atol=1e-12)
+    # float32 projection (as captured), float64 statistics
+    np.testing.assert_allclose(streamed.mean, projected.mean(axis=0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(streamed.std, projected.std(axis=0), rtol=1e-5, atol=1e-5)
 
 
 def test_no_layer_outweighs_the_others_by_its_norm() -> None:
@@ -64,7 +65,7 @@ def test_no_layer_outweighs_the_others_by_its_norm() -> None:
     louder = rows.reshape(-1, 3, H).copy()
     louder[:, 2] *= 1000.0
     first, second = signature_of(rows), signature_of(louder.reshape(40, -1))
-    np.testing.assert_allclose(first.mean, second.mean, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(first.mean, second.mean, rtol=1e-5, atol=1e-5)
 
 
 def test_the_same_traffic_is_nearer_than_other_traffic() -> None:
