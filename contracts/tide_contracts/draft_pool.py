@@ -35,6 +35,9 @@ class DomainSignature(_Frozen):
     mean: tuple[float, ...] = Field(min_length=1, max_length=256)
     std: tuple[float, ...] = Field(min_length=1, max_length=256)
     tokens: int = Field(ge=1)
+    # How the hidden states were reduced to these dimensions (the trainer's tide_trainer.signature):
+    # signatures of different projections are not comparable, whatever their dimensions.
+    projection: str | None = Field(default=None, max_length=64)
 
     @model_validator(mode="after")
     def _same_dimensions(self) -> DomainSignature:
@@ -104,6 +107,8 @@ def signature_distance(a: DomainSignature, b: DomainSignature) -> float:
     """Symmetric KL divergence between the two diagonal Gaussians, per dimension (0: the same traffic)."""
     if len(a.mean) != len(b.mean):
         raise ValueError(f"signatures of {len(a.mean)} and {len(b.mean)} dimensions cannot be compared")
+    if a.projection != b.projection:
+        raise ValueError(f"signatures of projections {a.projection!r} and {b.projection!r} cannot be compared")
     total = 0.0
     for ma, sa, mb, sb in zip(a.mean, a.std, b.mean, b.std, strict=True):
         va, vb, d2 = sa * sa, sb * sb, (ma - mb) ** 2
@@ -115,5 +120,5 @@ def nearest(pool: DraftPool, signature: DomainSignature, exclude: Sequence[str] 
     """Pooled drafts with a signature, nearest to ``signature`` first (the order to evaluate them in)."""
     ranked = [(e.version, signature_distance(e.signature, signature)) for e in pool.entries
               if e.signature is not None and e.version not in exclude
-              and len(e.signature.mean) == len(signature.mean)]
+              and len(e.signature.mean) == len(signature.mean) and e.signature.projection == signature.projection]
     return sorted(ranked, key=lambda pair: (pair[1], pair[0]))

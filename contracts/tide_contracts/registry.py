@@ -7,6 +7,7 @@ s3://<bucket>/<prefix>/
   history/               one object per promotion, rollback or rejection (no read-modify-write)
   captures/              the bounded rolling buffer of hidden-state shards
   claims/<run_id>.json   the shards a running trainer reads (pruning skips them until the run ends)
+  pool.json              the draft pool's index (tide_contracts.draft_pool), replaced by compare-and-swap
 
 No complete draft under drafts/ is ever deleted or overwritten (a copy that fails midway removes
 only its own partial files). Promotion verifies by streaming and copies inside S3
@@ -21,15 +22,24 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD, server_side_copy, stream_sha256
+from tide_contracts.draft_pool import (
+    DEFAULT_MAX_DRAFTS,
+    POOL_FILE,
+    POOL_VERSION,
+    DomainSignature,
+    DraftPool,
+    for_target,
+    served,
+)
 from tide_contracts.encryption import S3Encryption
 from tide_contracts.prefix_delete import DeletionRefused, delete_under_prefix
 
@@ -71,6 +81,10 @@ class PointerConflict(RegistryError):
     """Someone else changed promoted.json (or took the version) between our read and our write."""
 
 
+class PoolConflict(RegistryError):
+    """pool.json changed (or vanished) between our read and our write: read it again and retry."""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -98,6 +112,8 @@ class Manifest(_Frozen):
     samples: dict[str, int] = Field(default_factory=dict)  # train_requests, eval_tokens, ...
     eval: dict[str, Any] = Field(default_factory=dict)  # the trainer's decision block
     files: dict[str, FileEntry]
+    # The training captures' domain signature (the draft pool's key); None in manifests written before it.
+    signature: DomainSignature | None = None
 
     @property
     def evaluation_acceptance_length(self) -> float | None:
@@ -395,6 +411,57 @@ class DraftRegistry:
                 continue
             return
         raise RegistryError("could not append to history/ after 5 attempts")
+
+    # -- the draft pool's index (pool.json) ------------------------------------------------------
+    def pool(self) -> tuple[DraftPool | None, str | None]:
+        """pool.json and its ETag (None, None before the first write).
+
+        An index this version cannot read is an error, never replaced: it may be a newer operator's.
+        """
+        key = self.key(POOL_FILE)
+        try:
+            obj = self.client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as e:
+            if _code(e) in ("NoSuchKey", "404", "NotFound"):
+                return None, None
+            raise RegistryError(f"reading {key}: {e}") from e
+        try:
+            return DraftPool.model_validate_json(obj["Body"].read()), obj["ETag"]
+        except ValidationError as e:
+            raise RegistryError(f"{key} is not a draft pool index of pool_version {POOL_VERSION}; "
+                                f"left as it is: {e}") from e
+
+    def replace_pool(self, pool: DraftPool, etag: str | None) -> None:
+        """Compare-and-swap: If-Match the ETag read, or If-None-Match: * when there was none. A lost race
+        (412, 409, or the object deleted since: 404) raises PoolConflict and writes nothing."""
+        key = self.key(POOL_FILE)
+        condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+        try:
+            self._put(key, pool.model_dump_json(indent=2).encode(), ContentType="application/json", **condition)
+        except PointerConflict as e:
+            raise PoolConflict(f"{key} changed since it was read; read it again and retry: {e}") from e
+        except RegistryError as e:
+            if isinstance(e.__cause__, ClientError) and _code(e.__cause__) in ("NoSuchKey", "404"):
+                raise PoolConflict(f"{key} was deleted since it was read; read it again and retry") from e
+            raise
+
+    def record_served(self, version: str, *, target_revision: str, tokenizer_hash: str | None, now: datetime,
+                      signature: DomainSignature | None = None, max_drafts: int = DEFAULT_MAX_DRAFTS,
+                      pinned: Collection[str] = (), attempts: int = 3) -> list[str]:
+        """``version`` serves from ``now``: added to (or touched in) the pool of this target, which is
+        trimmed to ``max_drafts`` (draft_pool.served). Returns the versions that left the index; their
+        drafts/vN stay. A lost race is read again and retried; PoolConflict after ``attempts``."""
+        for _ in range(attempts):
+            current, etag = self.pool()
+            pool = for_target(current, target_revision, tokenizer_hash)  # another target: a new, empty pool
+            updated, left = served(pool, version, now.timestamp(), signature, max_drafts=max_drafts,
+                                   pinned=pinned)
+            try:
+                self.replace_pool(updated, etag)
+            except PoolConflict:
+                continue
+            return left
+        raise PoolConflict(f"{self.key(POOL_FILE)}: lost {attempts} races to concurrent writers; retry later")
 
     # -- captures -------------------------------------------------------------------------------
     def put_capture(self, name: str, data: bytes, samples: int) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tide_contracts.draft_pool import DomainSignature
 from tide_contracts.registry import MANIFEST_FILE, FileEntry, Manifest, manifest_json
 from tide_trainer.storage import (
     StorageError,
@@ -51,11 +52,12 @@ def parent_version(parent_uri: str | None) -> str | None:
 
 def build_manifest(*, run_id: str, files: list[Path], parent: str | None, target_revision: str,
                    tokenizer_hash: str | None, samples: dict[str, int], evaluation: dict[str, Any],
-                   draft: dict[str, Any], training_window: tuple[str, str] | None) -> Manifest:
+                   draft: dict[str, Any], training_window: tuple[str, str] | None,
+                   signature: DomainSignature | None = None) -> Manifest:
     return Manifest(
         kind="candidate", run_id=run_id, created_at=datetime.now(UTC).isoformat(),
         parent=parent_version(parent), target_revision=target_revision, tokenizer_hash=tokenizer_hash,
-        training_window=training_window, draft=draft, samples=samples, eval=evaluation,
+        training_window=training_window, draft=draft, samples=samples, eval=evaluation, signature=signature,
         files={p.name: FileEntry(sha256=sha256_file(p), bytes=p.stat().st_size) for p in files})
 
 

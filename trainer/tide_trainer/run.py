@@ -14,6 +14,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from tide_contracts.draft_pool import DomainSignature
 from tide_contracts.shards import HiddenStateShard
 from tide_trainer.candidate import build_manifest, check_registry, upload_candidate
 from tide_trainer.config import TrainConfig
@@ -30,6 +31,7 @@ from tide_trainer.data import (
 from tide_trainer.export import export_speculators
 from tide_trainer.model import Eagle3Draft
 from tide_trainer.objective import evaluate_acceptance, served_acceptance_length
+from tide_trainer.signature import domain_signature
 from tide_trainer.starting_point import (
     check_target_matches_parent,
     fetch_parent,
@@ -94,11 +96,13 @@ def run_training(cfg: TrainConfig) -> RunOutcome:
                           num_shards=len(shards))
     report["training"] = {"steps": result.steps, "tokens": result.tokens, "seconds": round(result.seconds, 3),
                           "last_loss": result.last_loss}
-    return ship(cfg, model, report, shards)
+    # The draft pool's key: what the draft learnt from (the training split), as statistics only.
+    signature = domain_signature((s.aux_hidden.numpy() for s in train), model.cfg.target_hidden_size)
+    return ship(cfg, model, report, shards, signature)
 
 
 def ship(cfg: TrainConfig, model: Eagle3Draft, report: dict[str, Any],
-         shards: list[HiddenStateShard]) -> RunOutcome:
+         shards: list[HiddenStateShard], signature: DomainSignature | None = None) -> RunOutcome:
     """Export always (for inspection); upload only a better candidate, manifest last."""
     work = Path(cfg.work_dir)
     files = export_speculators(model, work / "candidate", verifier=cfg.verifier_name,
@@ -110,7 +114,8 @@ def ship(cfg: TrainConfig, model: Eagle3Draft, report: dict[str, Any],
     manifest = build_manifest(
         run_id=cfg.run_id, files=files, parent=cfg.parent_draft, target_revision=cfg.target_revision,
         tokenizer_hash=shards[-1].header.tokenizer_hash, samples=report["samples"],
-        evaluation=report["decision"], draft=_draft_summary(model, cfg), training_window=_capture_window(shards))
+        evaluation=report["decision"], draft=_draft_summary(model, cfg), training_window=_capture_window(shards),
+        signature=signature)
     uri = upload_candidate(cfg.registry, cfg.run_id, files, manifest)
     log.info("uploaded candidate %s", uri)
     return RunOutcome(report, better, uri)

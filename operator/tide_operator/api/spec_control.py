@@ -195,6 +195,14 @@ class CanarySpec(ApiModel):
     """At most one promotion per interval: the canary already guards quality, this only limits churn."""
 
 
+class DraftPoolSpec(ApiModel):
+    """Promoted drafts kept recallable per domain (the registry's pool.json index)."""
+
+    max_drafts: int = Field(default=4, ge=1, le=64)
+    """Drafts the pool's index keeps; the least recently served leaves first (its drafts/vN stays in the
+    registry), the pinned draft never leaves. A new target revision or tokenizer empties the pool."""
+
+
 class ControlSpec(ApiModel):
     """The adaptive loop: speculate, detect drift, collect, train, canary, promote or roll back."""
 
@@ -234,3 +242,4 @@ class ControlSpec(ApiModel):
     capture: CaptureSpec = Field(default_factory=CaptureSpec)
     training: TrainingControlSpec = Field(default_factory=TrainingControlSpec)
     canary: CanarySpec = Field(default_factory=CanarySpec)
+    draft_pool: DraftPoolSpec = Field(default_factory=DraftPoolSpec)

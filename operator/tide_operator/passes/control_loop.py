@@ -66,7 +66,7 @@ class Effects(Protocol):
     def launch_training(self, action: act.LaunchTraining) -> None: ...
     def cancel_training(self, action: act.CancelTraining) -> None: ...
     def start_canary(self, action: act.StartCanary) -> None: ...
-    def promote(self, action: act.Promote) -> None: ...
+    def promote(self, action: act.Promote) -> EventNote | None: ...  # what the draft pool's index said
     def roll_back(self, action: act.RollBack) -> None: ...
     def serve_draft(self, action: act.ServeDraft) -> None: ...
     def invalidate(self, action: act.InvalidateArtifacts) -> None: ...
@@ -76,7 +76,7 @@ class Effects(Protocol):
     def converge_drafts(self, canary: CanaryPods | None) -> list[str]: ...  # the pods swapped, described
 
 
-def _dispatch(effects: Effects) -> dict[type, Callable[..., None]]:
+def _dispatch(effects: Effects) -> dict[type, Callable[..., object]]:
     return {
         act.SetSpeculation: effects.set_speculation, act.SetCapture: effects.set_capture,
         act.LaunchTraining: effects.launch_training, act.CancelTraining: effects.cancel_training,
@@ -118,14 +118,16 @@ def control_pass(draft: StatusDraft, params: PolicyParams, reading: SensorReadin
         return state
     actions, new_state = decide(reading.observation, state, params, now)
     rolled: list[str] = []
-    failed = _carry_out(actions, effects, rolled)
+    notes: list[EventNote] = []
+    failed = _carry_out(actions, effects, rolled, notes)
     refused = _refused_candidate(failed)
     if refused is not None:
         step = refuse_candidate(state.lifecycle, refused.reason, str(refused), now)
         actions = list(step.actions)
         new_state = replace(state, lifecycle=step.state, lifecycle_reason=step.reason,
                             lifecycle_message=step.message)
-        failed = _carry_out(actions, effects, rolled)
+        failed = _carry_out(actions, effects, rolled, notes)
+    draft.events.extend(notes)  # what effects that succeeded reported, even when a later one failed
     if failed is not None:
         action, error = failed
         reason = error.reason
@@ -270,11 +272,13 @@ def _converge_drafts(draft: StatusDraft, effects: Effects, actions: list[act.Act
         draft.events.append(EventNote("Normal", DRAFTS_CONVERGED, "; ".join(swapped), action="ConvergeDrafts"))
 
 
-def _carry_out(actions: list[act.Action], effects: Effects,
-               rolled: list[str]) -> tuple[act.Action, EffectError] | None:
+def _carry_out(actions: list[act.Action], effects: Effects, rolled: list[str],
+               notes: list[EventNote] | None = None) -> tuple[act.Action, EffectError] | None:
     """Carry out the actions in order; the first that fails stops the rest (they may depend on it).
 
-    An effect that had to roll the pods instead of switching them live says why (into ``rolled``).
+    An effect that had to roll the pods instead of switching them live says why (into ``rolled``); one
+    that succeeded with something to report (the draft pool's index not updated) returns an Event
+    (into ``notes``).
     """
     table = _dispatch(effects)
     for action in actions:
@@ -284,6 +288,8 @@ def _carry_out(actions: list[act.Action], effects: Effects,
             return action, e
         if isinstance(why, str):
             rolled.append(why)
+        elif isinstance(why, EventNote) and notes is not None:
+            notes.append(why)
     return None
 
 

@@ -3,7 +3,8 @@
 Each method is one action; any failure becomes an EffectError so the control pass keeps its old
 state and retries, or a DraftRefused when a candidate's files are unfit (the pass rolls it back).
 Promotion order keeps the pointer honest: the registry promotes (verified copy, conditional
-pointer write) before any pod loads the new version.
+pointer write) before any pod loads the new version, then records it in the draft pool's index
+(pool.json): best effort, a failure there is a Warning Event and never fails or undoes the promotion.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from tide_operator.manifests.serving import (
 from tide_operator.manifests.trainer import bootstrap_location, build_trainer_job
 from tide_operator.passes.capture_retention import claim_shards
 from tide_operator.passes.control_loop import DraftRefused, EffectError
+from tide_operator.passes.draft_pool_index import record_promotion
 from tide_operator.passes.pod_convergence import (
     LAUNCH_DRAFT_VERSION,
     CanaryPods,
@@ -60,6 +62,7 @@ from tide_operator.passes.pod_convergence import (
     draft_swaps,
     swap_budget,
 )
+from tide_operator.passes.serving_status import EventNote
 
 STORAGE_ERRORS = (RegistryError, ClientError, BotoCoreError, OSError)
 # What pods report for the launch draft ("initial") or a promoted one (a registry version vN).
@@ -194,7 +197,8 @@ class ClusterEffects:
         elif action.speculate:  # the fleet does not speculate: the canary pods do, with the candidate's table
             self._canary_speculates(self.canary_pods(action.pods), self._on_bands(action.tokens_per_batch_size))
 
-    def promote(self, action: act.Promote) -> None:
+    def promote(self, action: act.Promote) -> EventNote | None:
+        """Promote, record in the draft pool, then load every pod; returns what the pool's index said."""
         try:
             pointer = self.registry.promote(action.candidate, target_revision=self.spec.target.revision,
                                             tokenizer_hash=None, now=datetime.now(UTC), reason=action.message)
@@ -204,6 +208,8 @@ class ClusterEffects:
             raise DraftRefused(Reason.INCOMPATIBLE_DRAFT, str(e)) from e
         except STORAGE_ERRORS as e:
             raise EffectError(f"promote {action.candidate}: {e}") from e
+        # Before the pods: a pass retried for a pod that was away records it again (a touch, no harm).
+        note = record_promotion(self.registry, self.spec, pointer, datetime.now(UTC))
         source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", pointer.version)
         try:  # the manifest's checksum as written at promotion, not as read back from the same prefix
             self.fleet.load_draft(source, pointer.version, self._not_yet_serving(pointer.version, None),
@@ -212,6 +218,7 @@ class ClusterEffects:
             # The pointer already names the new version: retry the load (promotion is idempotent
             # per run), never roll back a candidate that is already promoted.
             raise EffectError(str(e)) from e
+        return note
 
     def roll_back(self, action: act.RollBack) -> None:
         # Pods first, the history last: a swap that fails is retried next pass, and the history

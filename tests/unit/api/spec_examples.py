@@ -66,6 +66,7 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("override opaque", with_fields(inference__podTemplateOverride={"spec": {"hostIPC": True}}), None),
     ("durations", with_fields(control__interval="1m30s", control__drift={"shortHalfLife": "90s"}), None),
     ("draft pin", with_fields(control__draftPin="v12"), None),
+    ("draft pool bound", with_fields(control__draftPool={"maxDrafts": 8}), None),
     (
         "s3 endpoint",
         with_fields(storage={"s3": {"bucket": "tide", "endpoint": "http://127.0.0.1:9000"}}),
@@ -163,6 +164,7 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ),
     ("bucket name", with_fields(storage={"s3": {"bucket": "Tide_Bucket"}}), "spec.storage.s3.bucket"),
     ("draft pin format", with_fields(control__draftPin="latest"), "spec.control.draftPin"),
+    ("draft pool empty", with_fields(control__draftPool={"maxDrafts": 0}), "spec.control.draftPool.maxDrafts"),
     (
         "sampling percent",
         with_fields(control__capture={"samplingPercent": 101}),

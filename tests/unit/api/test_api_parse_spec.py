@@ -57,6 +57,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert canary.failure_limit == 0
     assert duration_seconds(canary.analysis_window) == 300
     assert duration_seconds(canary.min_promotion_interval) == 600
+    assert control.draft_pool.max_drafts == 4
     assert spec.draft.method is DraftMethod.EAGLE3
     assert spec.draft.num_speculative_tokens == 3
     assert (spec.inference.replicas, spec.inference.gpus_per_replica, spec.inference.port) == (1, 1, 8000)

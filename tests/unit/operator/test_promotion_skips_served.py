@@ -8,7 +8,7 @@ from typing import Any
 
 from test_draft_convergence import FakePod, FakeRegistry, effects, pointer, status
 
-from tide_contracts.registry import PromotedPointer
+from tide_contracts.registry import Manifest, PromotedPointer
 from tide_contracts.serving_control import ServingStatus
 from tide_operator.control import actions as act
 
@@ -19,6 +19,14 @@ class PromotingRegistry(FakeRegistry):
     def promote(self, candidate: str, **_: Any) -> PromotedPointer:
         self.pointer = pointer("v3")
         return self.pointer
+
+    def draft_manifest(self, version: str) -> Manifest:
+        return Manifest(kind="draft", run_id="3fa9c2d1-r3", version=version, created_at="2026-12-03T00:00:00Z",
+                        target_revision="r1", files={})
+
+    def record_served(self, version: str, **_: Any) -> list[str]:
+        self.served = [*getattr(self, "served", []), version]
+        return []
 
 
 class Silent(FakePod):
@@ -39,8 +47,10 @@ def loaded(pods: dict[str, FakePod]) -> dict[str, int]:
 
 def test_a_promotion_retry_loads_only_the_pods_not_yet_on_the_new_version() -> None:
     pods = {"chat-a": FakePod("v3"), "chat-b": FakePod("v2"), "chat-c": Silent("v2"), "chat-d": OtherRevision()}
-    fx = effects(pods, PromotingRegistry(pointer("v2")))
-    fx.promote(act.Promote("3fa9c2d1-r3", "CanarySuccessful", "beat the control"))
+    registry = PromotingRegistry(pointer("v2"))
+    fx = effects(pods, registry)
+    assert fx.promote(act.Promote("3fa9c2d1-r3", "CanarySuccessful", "beat the control")) is None
+    assert registry.served == ["v3"]  # the retry touches the pool's entry again: no harm
     # a serves v3 already; b serves v2; c did not answer its status (tried); d serves a v3 of another revision.
     assert loaded(pods) == {"chat-a": 0, "chat-b": 1, "chat-c": 1, "chat-d": 1}
     assert pods["chat-b"].loads == [("s3://tide/team/chat/drafts/v3", "v3", "a" * 64)]

@@ -3,6 +3,8 @@ draft never leave, a new target empties it, signatures compare traffic."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -14,6 +16,7 @@ from tide_contracts.draft_pool import (
     served,
     signature_distance,
 )
+from tide_contracts.registry import Manifest, manifest_json
 
 CODE = DomainSignature(mean=(1.0, 0.0, 2.0), std=(1.0, 1.0, 0.5), tokens=4000)
 PROSE = DomainSignature(mean=(-1.0, 2.0, 0.0), std=(1.5, 1.0, 1.0), tokens=3000)
@@ -85,3 +88,26 @@ def test_signatures_rank_the_pool_by_how_close_its_traffic_was() -> None:
 def test_a_malformed_signature_is_refused(bad: dict) -> None:
     with pytest.raises(ValidationError):
         DomainSignature(**bad)
+
+
+def test_signatures_of_different_projections_are_never_compared() -> None:
+    other = CODE.model_copy(update={"projection": "another-projection"})
+    with pytest.raises(ValueError, match="projections"):
+        signature_distance(CODE, other)
+    pool, _ = served(DraftPool(target_revision="r1"), "v1", 1.0, other)
+    pool, _ = served(pool, "v2", 2.0, PROSE)
+    assert [v for v, _ in nearest(pool, NEAR_CODE)] == ["v2"]
+
+
+MANIFEST = {"kind": "candidate", "run_id": "r1", "created_at": "2026-12-05T10:00:00+00:00",
+            "target_revision": "rev-1", "files": {"model.safetensors": {"sha256": "a" * 64, "bytes": 3}}}
+
+
+def test_a_manifest_carries_the_signature_and_one_without_it_still_parses() -> None:
+    old = Manifest.model_validate_json(json.dumps(MANIFEST))  # written before signatures existed
+    assert old.signature is None
+    signed = Manifest.model_validate({**MANIFEST, "signature": CODE.model_dump(mode="json")})
+    assert signed.signature == CODE
+    assert Manifest.model_validate_json(manifest_json(signed)).signature == CODE
+    with pytest.raises(ValidationError):
+        Manifest.model_validate({**MANIFEST, "signature": {"mean": [1.0], "std": [0.0], "tokens": 1}})

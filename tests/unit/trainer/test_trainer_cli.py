@@ -16,6 +16,7 @@ from synthetic_shards import REVISION, make_shard, write_buffer
 from tide_contracts.registry import DraftRegistry, Manifest
 from tide_contracts.shards import shard_to_bytes, write_shard
 from tide_trainer.cli import ExitCode, main
+from tide_trainer.signature import PROJECTION, SIGNATURE_DIMENSIONS
 
 FAST = ["--ttt-steps", "2", "--epochs", "8", "--lr", "0.01", "--batch-size", "4", "--eval-fraction", "0.3",
         "--log-every", "5", "--speculative-tokens", "2"]
@@ -150,6 +151,12 @@ def test_s3_buffer_to_registry_candidate(tmp_path: Path, shard_dir: Path, parent
     pointer = registry.promote("run-1", target_revision=REVISION, tokenizer_hash="tok-hash",
                                now=datetime.now(UTC))
     assert pointer.version == "v2"  # after the parent's drafts/v1
+    # the domain signature of the training split travels with the draft (the draft pool's key)
+    signature = registry.draft_manifest("v2").signature
+    assert signature is not None
+    assert signature.tokens == manifest["samples"]["train_tokens"]
+    assert signature.projection == PROJECTION
+    assert len(signature.mean) == SIGNATURE_DIMENSIONS
     # the same run id again would overwrite a candidate: refused, storage error
     again = main(["train", "--shards", str(shard_dir), "--parent-draft", str(parent_dir), "--target-revision",
                   REVISION, "--registry", f"s3://{bucket}/registry", "--run-id", "run-1",
