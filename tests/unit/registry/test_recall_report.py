@@ -1,0 +1,42 @@
+"""The recall evaluation's report (tide_contracts.recall): what the evaluation Job writes, the operator reads."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from tide_contracts.recall import RecallReport, RecallScore
+
+
+def _report(scores: tuple[RecallScore, ...], served: str | None = "v3") -> RecallReport:
+    return RecallReport(run_id="3fa9c2d1-r7", target_revision="rev-1", served_version=served,
+                        served_acceptance_length=1.3, scores=scores, eval_tokens=4096)
+
+
+def test_best_is_the_highest_score_and_ties_go_to_the_lowest_version() -> None:
+    report = _report((RecallScore(version="v2", acceptance_length=2.4), RecallScore(version="initial",
+                     acceptance_length=2.9), RecallScore(version="v1", acceptance_length=2.9)))
+    assert report.best() == RecallScore(version="initial", acceptance_length=2.9)
+    assert _report(()).best() is None
+
+
+@pytest.mark.parametrize(("scores", "served", "error"), [
+    ((RecallScore(version="v1", acceptance_length=2.0), RecallScore(version="v1", acceptance_length=2.1)), "v3",
+     "scored twice"),
+    ((RecallScore(version="v3", acceptance_length=2.0),), "v3", "served draft v3 is scored"),
+])
+def test_a_report_scoring_a_draft_twice_or_the_served_one_is_refused(scores: tuple[RecallScore, ...],
+                                                                      served: str, error: str) -> None:
+    with pytest.raises(ValidationError, match=error):
+        _report(scores, served)
+
+
+@pytest.mark.parametrize("version", ["v0", "candidates/r1", "../v1", "V1", ""])
+def test_only_pooled_version_names_are_scored(version: str) -> None:
+    with pytest.raises(ValidationError, match="version"):
+        RecallScore(version=version, acceptance_length=2.0)
+
+
+def test_an_acceptance_length_below_one_is_refused() -> None:
+    with pytest.raises(ValidationError, match="acceptance_length"):
+        RecallScore(version="v1", acceptance_length=0.5)
