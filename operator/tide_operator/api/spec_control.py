@@ -201,6 +201,12 @@ class DraftPoolSpec(ApiModel):
     max_drafts: int = Field(default=4, ge=1, le=64)
     """Drafts the pool's index keeps; the least recently served leaves first (its drafts/vN stays in the
     registry), the pinned draft never leaves. A new target revision or tokenizer empties the pool."""
+    recall: bool = True
+    """On a drift, score the pool's other drafts on the new traffic (an evaluation Job on the training
+    pool) before training; the best one that beats the served draft by canary.minAcceptanceLengthGainPercent
+    goes to the canary as it is, and training starts only when none does."""
+    recall_sample_threshold: int = Field(default=256, ge=16, le=1_000_000)
+    """Samples captured since the drift that the evaluation scores the pool on."""
 
 
 class ControlSpec(ApiModel):

@@ -34,6 +34,7 @@ class Phase(StrEnum):
     PENDING = "Pending"
     SERVING = "Serving"
     COLLECTING = "Collecting"
+    RECALLING = "Recalling"
     TRAINING = "Training"
     EVALUATING = "Evaluating"
     CANARY = "Canary"
@@ -146,7 +147,8 @@ class TideDeploymentStatus(StatusModel):
 
     phase: Phase = Phase.PENDING
     """Pending (not placed yet, or no vLLM replica ready), Serving, Collecting (capturing hidden states
-    after a drift), Training (a trainer Job runs), Evaluating (a candidate's held-out result is judged),
+    after a drift), Recalling (an evaluation Job scores the draft pool on the traffic since a drift),
+    Training (a trainer Job runs), Evaluating (a candidate's held-out result is judged),
     Canary, Invalid (the spec was refused: the Ready condition names the field) or Degraded (reserved:
     trouble shows as the Degraded condition)."""
     observed_generation: int = Field(default=0, ge=0)

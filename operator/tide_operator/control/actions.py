@@ -41,7 +41,22 @@ class LaunchTraining:
 
 
 @dataclass(frozen=True)
+class LaunchRecall:
+    """Start evaluation Job `run_id` (trainer image, no training): score the served draft and each of
+    ``versions`` (the draft pool's, `initial` or vN) on the samples captured since ``captured_since``;
+    it writes candidates/<run_id>/recall.json (tide_contracts.recall)."""
+
+    run_id: str
+    versions: tuple[str, ...]
+    reason: str
+    message: str
+    captured_since: float | None = None
+
+
+@dataclass(frozen=True)
 class CancelTraining:
+    """Delete the Job of run `run_id`, a trainer's or a recall evaluation's."""
+
     run_id: str
     reason: str
     message: str
@@ -49,7 +64,7 @@ class CancelTraining:
 
 @dataclass(frozen=True)
 class StartCanary:
-    candidate: str  # a run_id under candidates/
+    candidate: str  # a run_id under candidates/, or a pooled version (`initial`, vN) when ``recalled``
     replicas: int
     reason: str
     message: str
@@ -58,15 +73,18 @@ class StartCanary:
     # this table (None: the launch table, K at every batch size), until the canary ends.
     speculate: bool = False
     tokens_per_batch_size: Bands | None = None
+    recalled: bool = False
 
 
 @dataclass(frozen=True)
 class Promote:
-    """Promote the candidate to every pod; the registry assigns the next vN."""
+    """Promote the candidate to every pod; the registry assigns the next vN, or, ``recalled``, points
+    at the pooled version the candidate names (it keeps its version: no copy)."""
 
     candidate: str
     reason: str
     message: str
+    recalled: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +134,7 @@ Action = (
     SetSpeculation
     | SetCapture
     | LaunchTraining
+    | LaunchRecall
     | CancelTraining
     | StartCanary
     | Promote

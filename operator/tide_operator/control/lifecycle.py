@@ -1,11 +1,14 @@
-"""The draft lifecycle: Serving -> Collecting -> Training -> Evaluating -> Canary -> Promoted|RolledBack.
+"""The draft lifecycle: Serving -> Collecting -> [Recalling] -> Training -> Evaluating -> Canary -> Promoted.
+
+(Or RolledBack; a draft recalled from the pool goes from Recalling to Evaluating without training.)
 
 One pure step per reconcile pass: (state, inputs, params, now) -> (actions, new state, why).
 This module dispatches on the phase and owns what cuts across phases (a shift, a pin, a new target
 revision, capture disabled); the training side (Collecting, Training) is control/lifecycle_training.py,
-the candidate side (Evaluating, Canary, Promoted, RolledBack) control/lifecycle_canary.py.
-The state is plain data (control/lifecycle_types.py), stored in status (control/restart.py), so a
-restarted operator resumes where it stopped.
+the draft pool's recall (Recalling) control/lifecycle_recall.py, the candidate side (Evaluating,
+Canary, Promoted, RolledBack) control/lifecycle_canary.py. The state is plain data
+(control/lifecycle_types.py), stored in status (control/restart.py), so a restarted operator
+resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from tide_operator.control.lifecycle_canary import (
     roll_back,
     rolled_back,
 )
+from tide_operator.control.lifecycle_recall import recalled_short, recalling, watch_recalled
 from tide_operator.control.lifecycle_training import collecting, training
 from tide_operator.control.lifecycle_types import (
     CaptureParams,
@@ -28,6 +32,8 @@ from tide_operator.control.lifecycle_types import (
     LifecycleParams,
     LifecycleState,
     Phase,
+    RecallObservation,
+    RecallParams,
     Step,
     TrainingObservation,
     TrainingParams,
@@ -39,7 +45,8 @@ from tide_operator.control.lifecycle_types import (
 )
 
 __all__ = [  # the types are re-exported: callers import the lifecycle from one place
-    "CaptureParams", "LifecycleInput", "LifecycleParams", "LifecycleState", "Phase", "Step",
+    "CaptureParams", "LifecycleInput", "LifecycleParams", "LifecycleState", "Phase", "RecallObservation",
+    "RecallParams", "Step",
     "TrainingObservation", "TrainingParams", "TrainingStatus", "refuse_candidate", "run_id_for", "run_number",
     "step_lifecycle",
 ]
@@ -77,19 +84,20 @@ def _step(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams
 
 
 # Work in these phases is built on samples from before a shift: start over on fresh ones.
-_STALE_ON_SHIFT = (Phase.COLLECTING, Phase.TRAINING, Phase.EVALUATING)
+_STALE_ON_SHIFT = (Phase.COLLECTING, Phase.RECALLING, Phase.TRAINING, Phase.EVALUATING)
 
 
 def _recollect(state: LifecycleState, inputs: LifecycleInput, now: float) -> Step:
     message = f"workload shift in {state.phase.value}: older samples and candidates are stale"
-    actions: list[act.Action] = []
-    if state.active_run is not None:
-        actions.append(act.CancelTraining(state.active_run, "WorkloadShift", message))
+    actions = _cancel_jobs(state, "WorkloadShift", message)
     fresh = replace(
         state,
         active_run=None,
+        recall_run=None,
         candidate=None,
         candidate_acceptance_length=None,
+        candidate_recalled=False,
+        candidate_baseline=None,
         buffer_baseline=inputs.buffer_samples,
         rollbacks=0,
         retrain_at=None,
@@ -99,12 +107,19 @@ def _recollect(state: LifecycleState, inputs: LifecycleInput, now: float) -> Ste
     return Step((*actions, *step.actions), step.state, step.reason, step.message)
 
 
+def _cancel_jobs(state: LifecycleState, reason: str, message: str) -> list[act.Action]:
+    """The running trainer and recall evaluation Jobs, deleted."""
+    return [act.CancelTraining(run, reason, message) for run in (state.active_run, state.recall_run) if run]
+
+
 def _serving(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
     # The rising edge only: a shift signal that outlasts a rejected candidate must not restart
     # collection (TIDE: collection stays off until the *next* shift).
     if inputs.shift_started and params.capture.enabled:
         state = replace(
             state,
+            recalled_expected=None,
+            recall_shortfall_since=None,
             training_failures=0,
             last_failure_at=None,
             rollbacks=0,
@@ -113,6 +128,10 @@ def _serving(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePar
             not_better_runs=0,
         )
         return to_phase(state, Phase.COLLECTING, now, "WorkloadShift", "acceptance fell: collecting", capture=True)
+    state = watch_recalled(state, inputs, params, now)
+    short = recalled_short(state, inputs, params, now)
+    if short is not None:
+        return short
     return stay(state, "Serving", "serving the promoted draft", capture=False)
 
 
@@ -120,10 +139,11 @@ def _pinned(state: LifecycleState, inputs: LifecycleInput, now: float) -> Step:
     actions: list[act.Action] = []
     if state.phase is Phase.CANARY:
         actions.append(act.RollBack(state.candidate or "", "DraftPinned", "spec.draftPin is set", state.canary_pods))
-    if state.active_run is not None:
-        actions.append(act.CancelTraining(state.active_run, "DraftPinned", "spec.draftPin is set"))
-    cleared = replace(state, active_run=None, candidate=None, candidate_acceptance_length=None, canary=None,
-                      canary_pods=(), canary_alone=False, canary_bands=None, retrain_at=None)
+    actions += _cancel_jobs(state, "DraftPinned", "spec.draftPin is set")
+    cleared = replace(state, active_run=None, recall_run=None, candidate=None, candidate_acceptance_length=None,
+                      candidate_recalled=False, candidate_baseline=None, canary=None, canary_pods=(),
+                      canary_alone=False, canary_bands=None, retrain_at=None, recalled_expected=None,
+                      recall_shortfall_since=None)
     message = f"serving pinned draft {inputs.draft_pin}"
     step = to_phase(cleared, Phase.SERVING, now, "DraftPinned", message, capture=False)
     return Step((*actions, *step.actions), step.state, step.reason, step.message)
@@ -132,8 +152,7 @@ def _pinned(state: LifecycleState, inputs: LifecycleInput, now: float) -> Step:
 def _target_changed(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
     message = f"target revision {state.target_revision} -> {inputs.target_revision}: drafts invalid, retraining"
     actions: list[act.Action] = [act.ServeDraft(None, "TargetChanged", message)]
-    if state.active_run is not None:
-        actions.append(act.CancelTraining(state.active_run, "TargetChanged", message))
+    actions += _cancel_jobs(state, "TargetChanged", message)
     actions.append(act.InvalidateArtifacts(inputs.target_revision, "TargetChanged", message))
     fresh = LifecycleState(
         target_revision=inputs.target_revision,
@@ -149,6 +168,7 @@ def _target_changed(state: LifecycleState, inputs: LifecycleInput, params: Lifec
 _HANDLERS = {
     Phase.SERVING: _serving,
     Phase.COLLECTING: collecting,
+    Phase.RECALLING: recalling,
     Phase.TRAINING: training,
     Phase.EVALUATING: evaluating,
     Phase.CANARY: canary_phase,

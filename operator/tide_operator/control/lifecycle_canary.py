@@ -23,6 +23,7 @@ from tide_operator.control.canary import (
     measure_first_draft,
     record,
 )
+from tide_operator.control.lifecycle_recall import after_recall_promotion
 from tide_operator.control.lifecycle_training import judged_not_better
 from tide_operator.control.lifecycle_types import (
     LifecycleInput,
@@ -46,7 +47,9 @@ def evaluating(state: LifecycleState, inputs: LifecycleInput, params: LifecycleP
     # The report's baseline (served draft on the same held-out data) beats a live number; with no
     # served draft the baseline is 1.0, what decoding without speculation yields per step.
     baseline = 1.0
-    if report is not None and report.served_acceptance_length is not None:
+    if state.candidate_baseline is not None:  # a recalled draft: the served one on the same samples
+        baseline = state.candidate_baseline
+    elif report is not None and report.served_acceptance_length is not None:
         baseline = report.served_acceptance_length
     elif inputs.served_acceptance_length is not None:
         baseline = inputs.served_acceptance_length
@@ -55,7 +58,8 @@ def evaluating(state: LifecycleState, inputs: LifecycleInput, params: LifecycleP
         f" vs served {baseline:.3f}"
     )
     if state.candidate_acceptance_length <= baseline:
-        rejected = replace(state, candidate=None, candidate_acceptance_length=None)
+        rejected = replace(state, candidate=None, candidate_acceptance_length=None, candidate_recalled=False,
+                           candidate_baseline=None)
         return judged_not_better(rejected, inputs, params, now, numbers)
     if state.last_promotion_at is not None:
         wait = state.last_promotion_at + params.canary.min_promotion_interval_s - now
@@ -73,7 +77,8 @@ def evaluating(state: LifecycleState, inputs: LifecycleInput, params: LifecycleP
         message += " (speculating with the candidate: the fleet does not speculate)"
     step = to_phase(started, Phase.CANARY, now, "CandidateBetter", message, capture=False)
     return with_action(step, act.StartCanary(state.candidate, params.canary.replicas, step.reason, step.message, pods,
-                                             speculate=alone, tokens_per_batch_size=bands))
+                                             speculate=alone, tokens_per_batch_size=bands,
+                                             recalled=state.candidate_recalled))
 
 
 def canary_phase(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
@@ -99,9 +104,15 @@ def canary_phase(state: LifecycleState, inputs: LifecycleInput, params: Lifecycl
         return stay(state, "CanaryRunning", counts, capture=False)
     if verdict is not AnalysisPhase.SUCCESSFUL:
         return roll_back(state, now, f"Canary{verdict.value}", counts)
+    recalled = state.candidate_recalled
     promoted = replace(
         state,
         last_promotion_at=now,
+        # A recalled draft is watched against its evaluation instead of retrained (lifecycle_recall.py).
+        recalled_expected=state.candidate_acceptance_length if recalled else None,
+        recall_shortfall_since=None,
+        candidate_recalled=False,
+        candidate_baseline=None,
         promoted_acceptance_length=analysis.mean_canary_length,
         promoted_acceptance=analysis.mean_canary_acceptance,
         candidate=None,
@@ -115,7 +126,7 @@ def canary_phase(state: LifecycleState, inputs: LifecycleInput, params: Lifecycl
         last_canary_message=f"{candidate} promoted: {counts}",
     )
     step = to_phase(promoted, Phase.PROMOTED, now, "CanarySuccessful", counts, capture=False)
-    return with_action(step, act.Promote(candidate, step.reason, counts))
+    return with_action(step, act.Promote(candidate, step.reason, counts, recalled=recalled))
 
 
 def _measurement(canary: PodGroupMetrics, control: PodGroupMetrics, inputs: LifecycleInput,
@@ -129,6 +140,8 @@ def _measurement(canary: PodGroupMetrics, control: PodGroupMetrics, inputs: Life
 
 
 def promoted(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    if state.recalled_expected is not None:
+        return after_recall_promotion(state, params, now)
     # TIDE keeps collecting after a deploy: gains continue until a new draft stops beating the old.
     return to_phase(
         state,
@@ -173,7 +186,8 @@ def refuse_candidate(state: LifecycleState, reason: str, message: str, now: floa
 
 def roll_back(state: LifecycleState, now: float, reason: str, message: str) -> Step:
     candidate = state.candidate or ""
-    back = replace(state, candidate=None, candidate_acceptance_length=None, canary=None, canary_pods=(),
+    back = replace(state, candidate=None, candidate_acceptance_length=None, candidate_recalled=False,
+                   candidate_baseline=None, canary=None, canary_pods=(),
                    canary_alone=False, canary_bands=None, rollbacks=state.rollbacks + 1, last_canary_reason=reason,
                    last_canary_message=f"{candidate} rolled back: {message}")
     step = to_phase(back, Phase.ROLLED_BACK, now, reason, message, capture=state.capture_enabled)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tide_operator.control import actions as act
+from tide_operator.control.lifecycle_recall import launch_recall, recall_due
 from tide_operator.control.lifecycle_types import (
     LifecycleInput,
     LifecycleParams,
@@ -49,8 +50,16 @@ def collecting(state: LifecycleState, inputs: LifecycleInput, params: LifecycleP
     if persists and not inputs.shift:
         message = "the shift signal cleared after a candidate not better: collection stops until the next shift"
         return to_phase(replace(state, retrain_at=None), Phase.SERVING, now, "ShiftCleared", message, capture=False)
-    threshold = params.training.sample_threshold
     fresh = max(0, inputs.buffer_samples - state.buffer_baseline)
+    if not persists and recall_due(state, inputs, params, fresh):  # the pool before a training run
+        return launch_recall(state, inputs, params, now, fresh)
+    return _train_when_ready(state, params, now, fresh, persists)
+
+
+def _train_when_ready(state: LifecycleState, params: LifecycleParams, now: float, fresh: int,
+                      persists: bool) -> Step:
+    """A run once sampleThreshold new samples arrived, no backoff is left, and no ShiftPersists wait."""
+    threshold = params.training.sample_threshold
     if fresh < threshold:
         reason = "ShiftPersists" if persists else "Collecting"
         return stay(state, reason, f"buffer {fresh}/{threshold} new samples", capture=True)

@@ -20,6 +20,7 @@ class Phase(StrEnum):
     SERVING = "Serving"
     COLLECTING = "Collecting"
     TRAINING = "Training"
+    RECALLING = "Recalling"  # an evaluation Job scores the draft pool on the traffic since a shift
     EVALUATING = "Evaluating"
     CANARY = "Canary"
     PROMOTED = "Promoted"
@@ -63,6 +64,36 @@ class TrainingParams:
 
 
 @dataclass(frozen=True)
+class RecallParams:
+    """spec.control.draftPool: try the pool's drafts on a shift before training a new one.
+
+    ``sample_threshold``: samples since the shift the evaluation scores on (a fraction of a training
+    round's). ``shortfall_percent``: a recalled draft whose live acceptance length stays this far below
+    its evaluation for two canary analysis windows is not the domain's draft after all: collect and
+    train (spec.control.drift.thresholdPercent, the drift detector's own sensitivity).
+    """
+
+    enabled: bool = True
+    sample_threshold: int = 256
+    shortfall_percent: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.sample_threshold < 1:
+            raise ValueError("draftPool.recallSampleThreshold must be >= 1")
+
+
+@dataclass(frozen=True)
+class RecallObservation:
+    """The recall evaluation Job's outcome and, when it succeeded, its report's best pooled draft."""
+
+    run_id: str
+    status: TrainingStatus  # Running, Succeeded, Failed, Missing or DeadlineExceeded, as a trainer Job's
+    best_version: str | None = None  # None: the report scored no pooled draft
+    best_acceptance_length: float | None = None
+    served_acceptance_length: float | None = None  # the served draft on the same samples
+
+
+@dataclass(frozen=True)
 class TrainingObservation:
     """The trainer Job's outcome and, when it succeeded, its evaluation report."""
 
@@ -94,6 +125,9 @@ class LifecycleInput:
     # and is judged like a first draft against control pods that do not speculate.
     canary_alone: bool = False
     canary_bands: act.Bands | None = None
+    # The draft pool's other drafts for this target (`initial`, vN; not the served one): recall candidates.
+    pool: tuple[str, ...] = ()
+    recall: RecallObservation | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +165,14 @@ class LifecycleState:
     # A candidate was not better while the shift persisted (ShiftPersists): no new run before this time.
     retrain_at: float | None = None
     not_better_runs: int = 0  # "not better" verdicts in a row under the current shift (each doubles the wait)
+    recall_run: str | None = None  # the recall evaluation Job running (Recalling)
+    recalled_for_shift: float | None = None  # shift_at of the shift the pool was already tried for
+    candidate_recalled: bool = False  # the candidate is a pooled version, not a run's output
+    # The report's served-draft score, the candidate's baseline (the live number is on other samples).
+    candidate_baseline: float | None = None
+    # After a recall's promotion: its evaluated length, and since when live acceptance stays short of it.
+    recalled_expected: float | None = None
+    recall_shortfall_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +181,7 @@ class LifecycleParams:
     training: TrainingParams = field(default_factory=TrainingParams)
     canary: CanaryParams = field(default_factory=CanaryParams)
     first_draft: FirstDraftParams = field(default_factory=FirstDraftParams)
+    recall: RecallParams = field(default_factory=RecallParams)
     # metadata.uid of the TideDeployment: its run ids start with a hash of it, so a TideDeployment
     # recreated under the same name never reuses an old run's Job name or candidates/<run id>.
     deployment_uid: str = ""

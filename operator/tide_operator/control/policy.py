@@ -235,6 +235,8 @@ def _lifecycle_input(
         abort_canary=params.abort_canary,
         ready_pods=observation.ready_pods,
         first_draft=observation.promoted_version is None,  # nothing but the bootstrap head at K=0 served
+        pool=observation.pool,
+        recall=observation.recall,
         batch_size=observation.batch_size,
         # canary_speculation.py: the fleet's pods draft nothing at this load, so a canary's would measure
         # nothing (a probe running now ends within one window).
@@ -333,4 +335,4 @@ def _lc(params: PolicyParams) -> LifecycleParams:
     # A first draft is promoted only if speculation would switch on with it (its on-threshold, its model).
     first = FirstDraftParams(params.num_speculative_tokens, params.decision.on_threshold, params.profile)
     return LifecycleParams(capture=params.capture, training=params.training, canary=params.canary,
-                           deployment_uid=params.deployment_uid, first_draft=first)
+                           recall=params.recall, deployment_uid=params.deployment_uid, first_draft=first)

@@ -14,7 +14,14 @@ from typing import Any
 from tide_operator.control.canary import CanaryParams, PodGroupMetrics
 from tide_operator.control.cost_model import DEFAULT_PROFILE, CostProfile
 from tide_operator.control.drift import DriftParams, DriftState
-from tide_operator.control.lifecycle import CaptureParams, LifecycleState, TrainingObservation, TrainingParams
+from tide_operator.control.lifecycle import (
+    CaptureParams,
+    LifecycleState,
+    RecallObservation,
+    RecallParams,
+    TrainingObservation,
+    TrainingParams,
+)
 from tide_operator.control.probe import ProbeState
 from tide_operator.control.restart import lifecycle_from_dict, lifecycle_to_dict
 from tide_operator.control.speculation import DecisionParams, SpeculationMode, SpeculationState
@@ -39,6 +46,8 @@ class Observation:
     canary: PodGroupMetrics | None = None
     control: PodGroupMetrics | None = None
     ready_pods: tuple[str, ...] = ()  # serving pods ready and answering their control routes
+    pool: tuple[str, ...] = ()  # the draft pool's drafts of this target other than the served one
+    recall: RecallObservation | None = None  # the recall evaluation Job's outcome (Recalling)
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,7 @@ class PolicyParams:
     capture: CaptureParams = field(default_factory=CaptureParams)
     training: TrainingParams = field(default_factory=TrainingParams)
     canary: CanaryParams = field(default_factory=CanaryParams)
+    recall: RecallParams = field(default_factory=RecallParams)
     profile: CostProfile = DEFAULT_PROFILE
     # Prometheus' rate window (operator config prometheusWindowSeconds): for this long after a
     # promotion the fleet's numbers still mix in the previous draft.

@@ -13,7 +13,7 @@ from tide_operator.api.units import duration_seconds, quantity_bytes
 from tide_operator.control.canary import CanaryParams
 from tide_operator.control.cost_model import DEFAULT_PROFILE, CostProfile
 from tide_operator.control.drift import DriftParams
-from tide_operator.control.lifecycle import CaptureParams, TrainingParams
+from tide_operator.control.lifecycle import CaptureParams, RecallParams, TrainingParams
 from tide_operator.control.policy import PolicyParams
 from tide_operator.control.speculation import DecisionParams, SpeculationMode
 
@@ -68,6 +68,9 @@ def policy_params(spec: TideDeploymentSpec, profile_points: Iterable[tuple[int, 
         training=TrainingParams(
             sample_threshold=control.training.sample_threshold,
             backoff_s=duration_seconds(control.training.backoff), max_failures=control.training.max_failures),
+        recall=RecallParams(enabled=control.draft_pool.recall,
+                            sample_threshold=control.draft_pool.recall_sample_threshold,
+                            shortfall_percent=control.drift.threshold_percent),
         canary=CanaryParams(
             replicas=control.canary.replicas, analysis_window_s=duration_seconds(control.canary.analysis_window),
             min_acceptance_length_gain_percent=control.canary.min_acceptance_length_gain_percent,

@@ -64,6 +64,7 @@ class Effects(Protocol):
     def set_speculation(self, action: act.SetSpeculation) -> str | None: ...  # why pods were rolled
     def set_capture(self, action: act.SetCapture) -> None: ...
     def launch_training(self, action: act.LaunchTraining) -> None: ...
+    def launch_recall(self, action: act.LaunchRecall) -> None: ...
     def cancel_training(self, action: act.CancelTraining) -> None: ...
     def start_canary(self, action: act.StartCanary) -> None: ...
     def promote(self, action: act.Promote) -> EventNote | None: ...  # what the draft pool's index said
@@ -76,13 +77,17 @@ class Effects(Protocol):
     def converge_drafts(self, canary: CanaryPods | None) -> list[str]: ...  # the pods swapped, described
 
 
-def _dispatch(effects: Effects) -> dict[type, Callable[..., object]]:
-    return {
-        act.SetSpeculation: effects.set_speculation, act.SetCapture: effects.set_capture,
-        act.LaunchTraining: effects.launch_training, act.CancelTraining: effects.cancel_training,
-        act.StartCanary: effects.start_canary, act.Promote: effects.promote, act.RollBack: effects.roll_back,
-        act.ServeDraft: effects.serve_draft, act.InvalidateArtifacts: effects.invalidate,
-    }
+_EFFECT_METHODS = {
+    act.SetSpeculation: "set_speculation", act.SetCapture: "set_capture", act.LaunchTraining: "launch_training",
+    act.LaunchRecall: "launch_recall", act.CancelTraining: "cancel_training", act.StartCanary: "start_canary",
+    act.Promote: "promote", act.RollBack: "roll_back", act.ServeDraft: "serve_draft",
+    act.InvalidateArtifacts: "invalidate",
+}
+
+
+def _effect(effects: Effects, action: act.Action) -> Callable[..., object]:
+    """The effect carrying ``action`` out (looked up per action: an Effects need only what it is asked)."""
+    return getattr(effects, _EFFECT_METHODS[type(action)])  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -280,10 +285,9 @@ def _carry_out(actions: list[act.Action], effects: Effects, rolled: list[str],
     that succeeded with something to report (the draft pool's index not updated) returns an Event
     (into ``notes``).
     """
-    table = _dispatch(effects)
     for action in actions:
         try:
-            why = table[type(action)](action)
+            why = _effect(effects, action)(action)
         except EffectError as e:
             return action, e
         if isinstance(why, str):
@@ -343,8 +347,9 @@ def _promoting(draft: StatusDraft, lifecycle: LifecycleState) -> None:
         draft.condition(ConditionType.PROMOTING, False, Reason.AS_EXPECTED, "no canary")
 
 
-_LIFECYCLE_PHASES = {LifecyclePhase.COLLECTING: Phase.COLLECTING, LifecyclePhase.TRAINING: Phase.TRAINING,
-                     LifecyclePhase.EVALUATING: Phase.EVALUATING, LifecyclePhase.CANARY: Phase.CANARY}
+_LIFECYCLE_PHASES = {LifecyclePhase.COLLECTING: Phase.COLLECTING, LifecyclePhase.RECALLING: Phase.RECALLING,
+                     LifecyclePhase.TRAINING: Phase.TRAINING, LifecyclePhase.EVALUATING: Phase.EVALUATING,
+                     LifecyclePhase.CANARY: Phase.CANARY}
 
 
 def _draft_status(lifecycle: LifecycleState, params: PolicyParams, observation: Observation) -> DraftStatus:

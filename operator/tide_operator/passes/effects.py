@@ -174,6 +174,10 @@ class ClusterEffects:
         except ApiException as e:
             raise EffectError(f"trainer Job {action.run_id}: {e}", Reason.KUBERNETES_API_ERROR) from e
 
+    def launch_recall(self, action: act.LaunchRecall) -> None:
+        # Not reachable yet: the sensors report no pool until the evaluation Job is wired (issue 16).
+        raise EffectError(f"recall evaluation {action.run_id}: not wired yet", Reason.TRAINER_JOB_INVALID)
+
     def cancel_training(self, action: act.CancelTraining) -> None:
         try:
             self.cluster.delete_owned_job(self.namespace, names.trainer_job_name(self.name, action.run_id),

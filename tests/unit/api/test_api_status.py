@@ -73,6 +73,7 @@ def test_phase_covers_the_loop() -> None:
         "Pending",
         "Serving",
         "Collecting",
+        "Recalling",
         "Training",
         "Evaluating",
         "Canary",

@@ -181,7 +181,7 @@ class ScriptedEffects:
             raise self.failures[type(action)]
         self.done.append(action)
 
-    set_speculation = set_capture = launch_training = cancel_training = _do
+    set_speculation = set_capture = launch_training = launch_recall = cancel_training = _do
     start_canary = promote = roll_back = serve_draft = invalidate = _do
 
     def converge(self, speculation: bool, capture: bool, bands: object = None, canary: object = None) -> list[str]:

@@ -1,0 +1,164 @@
+"""The draft pool's recall decision (issue 16): on a shift the pool is scored before any training run;
+a pooled draft that beats the served one by the canary's margin goes to the canary as it is."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tests.unit.control.lifecycle_cases import PARAMS, inputs, state
+from tide_operator.control import actions as act
+from tide_operator.control.canary import CanaryAnalysis, PodGroupMetrics
+from tide_operator.control.lifecycle import (
+    LifecycleParams,
+    Phase,
+    RecallObservation,
+    RecallParams,
+    TrainingStatus,
+    step_lifecycle,
+)
+from tide_operator.control.restart import lifecycle_from_dict, lifecycle_to_dict
+
+RECALL = replace(PARAMS, recall=RecallParams(sample_threshold=20, shortfall_percent=10.0))
+SHIFT_AT = 1000.0
+
+
+def _collecting(**kwargs: object):  # after a shift at SHIFT_AT, buffer counted from 0
+    return state(Phase.COLLECTING, shift_at=SHIFT_AT, **kwargs)
+
+
+def _recall_step(pool: tuple[str, ...] = ("v1", "initial"), samples: int = 20, params: LifecycleParams = RECALL):
+    return step_lifecycle(_collecting(), inputs(buffer_samples=samples, pool=pool), params, 1100.0)
+
+
+def test_a_shift_with_a_pool_scores_it_before_training() -> None:
+    step = _recall_step()
+    assert step.state.phase is Phase.RECALLING
+    assert step.reason == "RecallEvaluating"
+    (launch,) = step.actions
+    assert isinstance(launch, act.LaunchRecall)
+    assert (launch.versions, launch.captured_since, launch.run_id) == (("v1", "initial"), SHIFT_AT, "r1")
+    assert step.state.capture_enabled  # the shift's samples keep coming: training needs them if none wins
+    assert (step.state.recall_run, step.state.recalled_for_shift) == ("r1", SHIFT_AT)
+
+
+@pytest.mark.parametrize(("pool", "samples", "params"), [
+    ((), 20, RECALL),  # nothing to recall
+    (("v1",), 19, RECALL),  # not enough of the new traffic yet
+    (("v1",), 20, replace(RECALL, recall=RecallParams(enabled=False, sample_threshold=20))),  # recall off
+])
+def test_no_recall_without_a_pool_enough_samples_or_when_disabled(pool, samples, params) -> None:
+    step = _recall_step(pool, samples, params)
+    assert step.state.phase is Phase.COLLECTING
+    assert not any(isinstance(a, act.LaunchRecall) for a in step.actions)
+
+
+def test_no_recall_without_a_shift() -> None:
+    """Collecting after a promotion, with no shift seen: the next round trains as before."""
+    step = step_lifecycle(state(Phase.COLLECTING), inputs(buffer_samples=100, pool=("v1",)), RECALL, 1100.0)
+    assert [type(a) for a in step.actions] == [act.SetCapture, act.LaunchTraining]
+
+
+def _recalling():
+    return state(Phase.RECALLING, shift_at=SHIFT_AT, recall_run="r1", recalled_for_shift=SHIFT_AT, run_counter=1,
+                 last_run="r1")
+
+
+def _outcome(best: float | None, served: float = 2.0, status: TrainingStatus = TrainingStatus.SUCCEEDED,
+             version: str | None = "v1") -> RecallObservation:
+    return RecallObservation("r1", status, version if best is not None else None, best, served)
+
+
+def test_waiting_for_the_evaluation_keeps_capturing() -> None:
+    other_run = RecallObservation("r0", TrainingStatus.SUCCEEDED, "v1", 3.0, 2.0)
+    for seen in (None, RecallObservation("r1", TrainingStatus.RUNNING), other_run):
+        step = step_lifecycle(_recalling(), inputs(recall=seen, pool=("v1",)), RECALL, 1200.0)
+        assert (step.state.phase, step.reason, step.actions) == (Phase.RECALLING, "RecallEvaluating", ())
+
+
+@pytest.mark.parametrize(("seen", "reason"), [
+    (_outcome(2.03), "RecallNotBetter"),  # 1.5% better: below the canary's 2% margin
+    (_outcome(None), "RecallNotBetter"),  # no pooled draft could be scored
+    (_outcome(None, status=TrainingStatus.FAILED), "RecallFailed"),
+    (_outcome(None, status=TrainingStatus.MISSING), "RecallFailed"),
+])
+def test_no_winner_goes_on_collecting_for_training_and_never_retries_the_pool(seen, reason) -> None:
+    step = step_lifecycle(_recalling(), inputs(recall=seen, pool=("v1",), buffer_samples=30), RECALL, 1200.0)
+    assert (step.state.phase, step.reason, step.state.recall_run) == (Phase.COLLECTING, reason, None)
+    assert step.state.capture_enabled
+    later = step_lifecycle(step.state, inputs(pool=("v1",), buffer_samples=100), RECALL, 1300.0)
+    assert [type(a) for a in later.actions] == [act.SetCapture, act.LaunchTraining]  # training, not the pool again
+
+
+def test_a_winner_is_recalled_canaried_and_promoted_under_its_own_version() -> None:
+    step = step_lifecycle(_recalling(), inputs(recall=_outcome(2.9), pool=("v1",)), RECALL, 1200.0)
+    assert (step.state.phase, step.reason, step.state.candidate) == (Phase.EVALUATING, "DraftRecalled", "v1")
+    assert step.state.candidate_recalled
+    assert not step.state.capture_enabled
+    # The live served number is worse than the report's: the baseline is the report's (same samples).
+    canary = step_lifecycle(step.state, inputs(ready_pods=("p0", "p1"), served_acceptance_length=1.2), RECALL,
+                            1230.0)
+    (start,) = canary.actions
+    assert isinstance(start, act.StartCanary)
+    assert (start.candidate, start.recalled, start.pods) == ("v1", True, ("p0",))
+    judged, live = canary, inputs(canary=PodGroupMetrics(2.9, 100.0), control=PodGroupMetrics(2.0, 100.0))
+    for t in range(1260, 1230 + 600, 30):  # measurements a minute apart, 30 s passes
+        judged = step_lifecycle(judged.state, live, RECALL, float(t))
+        if judged.state.phase is not Phase.CANARY:
+            break
+    (promote,) = judged.actions
+    assert isinstance(promote, act.Promote)
+    assert (promote.candidate, promote.recalled) == ("v1", True)
+    assert judged.state.recalled_expected == pytest.approx(2.9)
+    serving = step_lifecycle(judged.state, inputs(), RECALL, 1330.0)
+    assert (serving.state.phase, serving.reason) == (Phase.SERVING, "RecalledDraftServing")  # no training round
+
+
+def test_a_recalled_draft_short_of_its_evaluation_for_two_windows_is_retrained() -> None:
+    served = state(Phase.SERVING, capture_enabled=False, recalled_expected=3.0, shift_at=SHIFT_AT)
+    window = RECALL.canary.analysis_window_s
+    short = inputs(served_acceptance_length=2.6, buffer_samples=7)  # 13% below: more than 10%
+    step = step_lifecycle(served, short, RECALL, 2000.0)
+    assert (step.state.phase, step.state.recall_shortfall_since) == (Phase.SERVING, 2000.0)
+    recovered = step_lifecycle(step.state, inputs(served_acceptance_length=2.8), RECALL, 2000.0 + window)
+    assert recovered.state.recall_shortfall_since is None  # 7% below: within the threshold, the clock resets
+    again = step_lifecycle(recovered.state, short, RECALL, 3000.0)
+    held = step_lifecycle(again.state, short, RECALL, 3000.0 + 2 * window - 1)
+    assert held.state.phase is Phase.SERVING
+    retrain = step_lifecycle(held.state, short, RECALL, 3000.0 + 2 * window)
+    assert (retrain.state.phase, retrain.reason) == (Phase.COLLECTING, "RecalledDraftShort")
+    assert (retrain.state.recalled_expected, retrain.state.buffer_baseline) == (None, 7)
+    assert [type(a) for a in retrain.actions] == [act.SetCapture]
+
+
+def test_a_shift_while_recalling_cancels_the_evaluation() -> None:
+    step = step_lifecycle(_recalling(), inputs(shift=True, shift_started=True, buffer_samples=50), RECALL, 1500.0)
+    cancel = [a for a in step.actions if isinstance(a, act.CancelTraining)]
+    assert [a.run_id for a in cancel] == ["r1"]
+    assert (step.state.phase, step.state.recall_run, step.state.shift_at) == (Phase.COLLECTING, None, 1500.0)
+    retry = step_lifecycle(step.state, inputs(buffer_samples=70, pool=("v1",)), RECALL, 1530.0)
+    assert any(isinstance(a, act.LaunchRecall) for a in retry.actions)  # a new shift: the pool is tried again
+
+
+def test_a_pin_while_recalling_cancels_the_evaluation() -> None:
+    step = step_lifecycle(_recalling(), inputs(draft_pin="v1"), RECALL, 1500.0)
+    assert [a.run_id for a in step.actions if isinstance(a, act.CancelTraining)] == ["r1"]
+    assert (step.state.phase, step.state.recall_run) == (Phase.SERVING, None)
+
+
+def test_a_failed_recalled_canary_rolls_back_and_collects() -> None:
+    canary = state(Phase.CANARY, candidate="v1", candidate_acceptance_length=2.9, candidate_recalled=True,
+                   candidate_baseline=2.0, canary=CanaryAnalysis(started_at=0.0), canary_pods=("p0",),
+                   capture_enabled=False)
+    step = step_lifecycle(canary, inputs(abort_canary=True), RECALL, 100.0)
+    (rollback,) = step.actions
+    assert isinstance(rollback, act.RollBack)
+    assert rollback.pods == ("p0",)
+    assert (step.state.candidate_recalled, step.state.candidate_baseline) == (False, None)
+
+
+def test_the_recall_state_survives_a_restart() -> None:
+    recalled = replace(_recalling(), candidate_recalled=True, candidate_baseline=2.0, recalled_expected=2.9,
+                       recall_shortfall_since=5.0)
+    assert lifecycle_from_dict(lifecycle_to_dict(recalled)) == recalled
