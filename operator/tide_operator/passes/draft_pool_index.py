@@ -84,6 +84,9 @@ def _record(registry: DraftRegistry, spec: TideDeploymentSpec, version: str, now
     tokenizer, the launch draft with neither (nothing was captured for it)."""
     pin = spec.control.draft_pin
     manifest = None if version == LAUNCH_DRAFT_VERSION else registry.draft_manifest(version)
+    if manifest is not None and manifest.target_revision != spec.target.revision:  # a pin the pods refuse
+        raise ValueError(f"{version} was trained for target revision {manifest.target_revision}, "
+                         f"not {spec.target.revision}")
     return registry.record_served(version, target_revision=spec.target.revision,
                                   tokenizer_hash=manifest.tokenizer_hash if manifest else None, now=now,
                                   signature=manifest.signature if manifest else None,

@@ -194,3 +194,13 @@ def test_an_unreachable_pool_is_one_warning_not_an_error_every_pass(registry: Dr
     assert "initial serves, but pool.json does not list it" in notes[0].message
     assert "connection reset" in notes[0].message
     assert note_served(unreachable, spec_of(), CHAT, "initial", at(1)) == []  # reported once per change
+
+
+def test_a_pin_to_a_draft_of_another_target_or_to_none_is_not_listed(registry: DraftRegistry) -> None:
+    promote(registry, spec_of(initial=False), "run-1", 1)
+    notes = note_served(registry, spec_of("r2", pin="v1"), CHAT, None, at(2))
+    assert [(n.type, n.reason) for n in notes] == [("Warning", DRAFT_POOL_NOT_UPDATED)]
+    assert "trained for target revision r1, not r2" in notes[0].message
+    notes = note_served(registry, spec_of(pin="v7"), CHAT, "v1", at(3))  # never promoted
+    assert [(n.type, n.reason) for n in notes] == [("Warning", DRAFT_POOL_NOT_UPDATED)]
+    assert listed(registry) == {"v1": at(1).timestamp()}
