@@ -66,9 +66,16 @@ class DraftPool(_Frozen):
 
 
 def for_target(pool: DraftPool | None, target_revision: str, tokenizer_hash: str | None) -> DraftPool:
-    """The pool for this target: empty when there is none yet or it was kept for another target or tokenizer."""
-    if pool is None or pool.target_revision != target_revision or pool.tokenizer_hash != tokenizer_hash:
+    """The pool for this target: empty when there is none yet or it was kept for another target or tokenizer.
+
+    An unknown tokenizer (None) is not another one: the launch draft is recorded before any manifest names
+    the hash, and the first that does is the target revision's own, so the pool keeps its entries and learns it.
+    """
+    known = pool is not None and None not in (pool.tokenizer_hash, tokenizer_hash)
+    if pool is None or pool.target_revision != target_revision or (known and pool.tokenizer_hash != tokenizer_hash):
         return DraftPool(target_revision=target_revision, tokenizer_hash=tokenizer_hash)
+    if pool.tokenizer_hash is None and tokenizer_hash is not None:
+        return pool.model_copy(update={"tokenizer_hash": tokenizer_hash})
     return pool
 
 

@@ -22,39 +22,61 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD, server_side_copy, stream_sha256
-from tide_contracts.draft_pool import (
-    DEFAULT_MAX_DRAFTS,
-    POOL_FILE,
-    POOL_VERSION,
-    DomainSignature,
-    DraftPool,
-    for_target,
-    served,
-)
+from tide_contracts.draft_pool import DomainSignature
 from tide_contracts.encryption import S3Encryption
 from tide_contracts.prefix_delete import DeletionRefused, delete_under_prefix
+from tide_contracts.registry_captures import (
+    CAPTURE_SAMPLES_METADATA,
+    CLAIM_VERSION,
+    CaptureBuffer,
+    CaptureLimits,
+    CaptureObject,
+    CaptureSampleCache,
+    captures_to_prune,
+)
+from tide_contracts.registry_pool import PoolConflict, PoolIndex
+from tide_contracts.registry_store import PointerConflict, PruneIncomplete, RegistryError, _code
 
 CONTRACT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 POINTER_FILE = "promoted.json"
 CLAIM_FILE = ".claim"  # created with If-None-Match: * to reserve a vN before any file is copied
-CAPTURE_SAMPLES_METADATA = "samples"  # S3 user metadata on a capture object: requests it holds
 _VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
-_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # the trainer's run id
-CLAIM_VERSION = 1  # claims/<run id>.json: docs/contracts/draft-registry.md
 
-
-class RegistryError(RuntimeError):
-    """The registry refused an operation or S3 failed; the message names the object."""
+# The registry's whole public API, its parts (registry_captures, registry_pool, registry_store) included.
+__all__ = [
+    "CAPTURE_SAMPLES_METADATA",
+    "CLAIM_FILE",
+    "CLAIM_VERSION",
+    "CONTRACT_VERSION",
+    "MANIFEST_FILE",
+    "POINTER_FILE",
+    "CaptureLimits",
+    "CaptureObject",
+    "CaptureSampleCache",
+    "ChecksumMismatch",
+    "DraftRegistry",
+    "FileEntry",
+    "HistoryEntry",
+    "IncompatibleDraft",
+    "Manifest",
+    "PointerConflict",
+    "PoolConflict",
+    "PromotedPointer",
+    "PruneIncomplete",
+    "RegistryError",
+    "UnknownVersion",
+    "captures_to_prune",
+    "manifest_json",
+]
 
 
 class ChecksumMismatch(RegistryError):
@@ -67,22 +89,6 @@ class IncompatibleDraft(RegistryError):
 
 class UnknownVersion(RegistryError):
     """No promoted draft of that version exists (a pointer flip to it is refused)."""
-
-
-class PruneIncomplete(RegistryError):
-    """S3 refused some keys of a delete; ``deleted`` holds the ones it did delete."""
-
-    def __init__(self, deleted: tuple[str, ...], message: str) -> None:
-        super().__init__(message)
-        self.deleted = deleted
-
-
-class PointerConflict(RegistryError):
-    """Someone else changed promoted.json (or took the version) between our read and our write."""
-
-
-class PoolConflict(RegistryError):
-    """pool.json changed (or vanished) between our read and our write: read it again and retry."""
 
 
 class _Frozen(BaseModel):
@@ -143,49 +149,12 @@ class HistoryEntry(_Frozen):
     manual: bool = False  # a user asked for it (tide promote / tide rollback), not the loop
 
 
-@dataclass(frozen=True)
-class CaptureObject:
-    key: str
-    size: int
-    last_modified: float  # epoch seconds
-    samples: int
+class DraftRegistry(PoolIndex, CaptureBuffer):
+    """All registry I/O over one boto3 S3 client (the only module here that talks to S3).
 
-
-class CaptureSampleCache:
-    """Samples per capture object, keyed by (key, ETag), so a listing HEADs only new objects.
-
-    Capture objects are written once and never changed, so a count read once stays true; the ETag
-    in the key covers an object overwritten under the same name anyway. Bounded: the oldest
-    entries go first (the buffer itself is capped, so a live deployment stays well under it).
+    The pool's index (registry_pool) and the capture buffer (registry_captures) are mixed in; the S3
+    primitives they share live in registry_store.
     """
-
-    def __init__(self, max_entries: int = 200_000) -> None:
-        self.max_entries = max_entries
-        self._samples: dict[tuple[str, str], int] = {}
-
-    def get(self, key: str, etag: str) -> int | None:
-        return self._samples.get((key, etag))
-
-    def put(self, key: str, etag: str, samples: int) -> None:
-        self._samples[(key, etag)] = samples
-        while len(self._samples) > self.max_entries:
-            del self._samples[next(iter(self._samples))]
-
-    def __len__(self) -> int:
-        return len(self._samples)
-
-
-@dataclass(frozen=True)
-class CaptureLimits:
-    """spec.control.capture: caps of the rolling buffer (seconds for retention)."""
-
-    max_samples: int = 4096
-    max_bytes: int = 2 * 1024**3
-    retention_s: float = 86400.0
-
-
-class DraftRegistry:
-    """All registry I/O over one boto3 S3 client (the only module here that talks to S3)."""
 
     def __init__(
         self, client: Any, bucket: str, prefix: str, *, sse: str | None = None, kms_key_id: str | None = None,
@@ -199,10 +168,6 @@ class DraftRegistry:
         # Every write of this registry carries it (put, upload, copy): encryption.put_args().
         self.encryption = S3Encryption(sse, kms_key_id)
         self._sse: dict[str, str] = self.encryption.put_args()
-
-    # -- keys ---------------------------------------------------------------------------------
-    def key(self, *parts: str) -> str:
-        return "/".join(p.strip("/") for p in (self.prefix, *parts) if p.strip("/"))
 
     # -- reads --------------------------------------------------------------------------------
     def candidate_manifest(self, run_id: str) -> Manifest:
@@ -412,201 +377,11 @@ class DraftRegistry:
             return
         raise RegistryError("could not append to history/ after 5 attempts")
 
-    # -- the draft pool's index (pool.json) ------------------------------------------------------
-    def pool(self) -> tuple[DraftPool | None, str | None]:
-        """pool.json and its ETag (None, None before the first write).
-
-        An index this version cannot read is an error, never replaced: it may be a newer operator's.
-        """
-        key = self.key(POOL_FILE)
-        try:
-            obj = self.client.get_object(Bucket=self.bucket, Key=key)
-        except ClientError as e:
-            if _code(e) in ("NoSuchKey", "404", "NotFound"):
-                return None, None
-            raise RegistryError(f"reading {key}: {e}") from e
-        try:
-            return DraftPool.model_validate_json(obj["Body"].read()), obj["ETag"]
-        except ValidationError as e:
-            raise RegistryError(f"{key} is not a draft pool index of pool_version {POOL_VERSION}; "
-                                f"left as it is: {e}") from e
-
-    def replace_pool(self, pool: DraftPool, etag: str | None) -> None:
-        """Compare-and-swap: If-Match the ETag read, or If-None-Match: * when there was none. A lost race
-        (412, 409, or the object deleted since: 404) raises PoolConflict and writes nothing."""
-        key = self.key(POOL_FILE)
-        condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
-        try:
-            self._put(key, pool.model_dump_json(indent=2).encode(), ContentType="application/json", **condition)
-        except PointerConflict as e:
-            raise PoolConflict(f"{key} changed since it was read; read it again and retry: {e}") from e
-        except RegistryError as e:
-            if isinstance(e.__cause__, ClientError) and _code(e.__cause__) in ("NoSuchKey", "404"):
-                raise PoolConflict(f"{key} was deleted since it was read; read it again and retry") from e
-            raise
-
-    def record_served(self, version: str, *, target_revision: str, tokenizer_hash: str | None, now: datetime,
-                      signature: DomainSignature | None = None, max_drafts: int = DEFAULT_MAX_DRAFTS,
-                      pinned: Collection[str] = (), attempts: int = 3) -> list[str]:
-        """``version`` serves from ``now``: added to (or touched in) the pool of this target, which is
-        trimmed to ``max_drafts`` (draft_pool.served). Returns the versions that left the index; their
-        drafts/vN stay. A lost race is read again and retried; PoolConflict after ``attempts``."""
-        for _ in range(attempts):
-            current, etag = self.pool()
-            pool = for_target(current, target_revision, tokenizer_hash)  # another target: a new, empty pool
-            updated, left = served(pool, version, now.timestamp(), signature, max_drafts=max_drafts,
-                                   pinned=pinned)
-            try:
-                self.replace_pool(updated, etag)
-            except PoolConflict:
-                continue
-            return left
-        raise PoolConflict(f"{self.key(POOL_FILE)}: lost {attempts} races to concurrent writers; retry later")
-
-    # -- captures -------------------------------------------------------------------------------
-    def put_capture(self, name: str, data: bytes, samples: int) -> str:
-        key = self.key("captures", name)
-        self._put(key, data, Metadata={CAPTURE_SAMPLES_METADATA: str(samples)})
-        return key
-
-    def list_captures(self) -> list[CaptureObject]:
-        """Oldest first. Objects without the samples metadata count as one sample.
-
-        The count lives in each object's metadata, which a listing does not return: one HEAD per
-        object not yet in ``sample_cache``.
-        """
-        out = []
-        for obj in self._list_objects(self.key("captures") + "/"):
-            etag = str(obj.get("ETag", ""))
-            samples = self.sample_cache.get(obj["Key"], etag)
-            if samples is None:
-                head = self.client.head_object(Bucket=self.bucket, Key=obj["Key"])
-                samples = int(head.get("Metadata", {}).get(CAPTURE_SAMPLES_METADATA, "1"))
-                self.sample_cache.put(obj["Key"], etag, samples)
-            out.append(CaptureObject(obj["Key"], obj["Size"], obj["LastModified"].timestamp(), samples))
-        return sorted(out, key=lambda c: (c.last_modified, c.key))
-
-    def prune_captures(
-        self, limits: CaptureLimits, now: datetime, captures: list[CaptureObject] | None = None
-    ) -> list[str]:
-        """Delete the oldest captures beyond retention or the caps; returns the deleted keys.
-
-        ``captures``: a listing the caller already made this pass (list_captures costs a HEAD per
-        object); every key must lie under this registry's captures/ or nothing is deleted.
-        """
-        listed = self.list_captures() if captures is None else captures
-        doomed = captures_to_prune(listed, limits, now.timestamp())
-        if not doomed:
-            return []
-        try:
-            outcome = delete_under_prefix(self.client, self.bucket, self.key("captures") + "/", doomed)
-        except DeletionRefused as e:
-            raise RegistryError(f"refusing to prune outside {self.key('captures')}/: {e}") from e
-        except ClientError as e:
-            raise RegistryError(f"pruning {self.key('captures')}/: {e}") from e
-        if outcome.failed:  # never counted as deleted: the caller retries on a later pass
-            raise PruneIncomplete(outcome.deleted, f"{len(outcome.deleted)} captures deleted, "
-                                  f"{len(outcome.failed)} not: {outcome.describe_failures()}")
-        return list(outcome.deleted)
-
-    # -- capture claims (a running trainer's hold on the shards it reads) ------------------------
-    def claim_key(self, run_id: str) -> str:
-        if not _RUN_ID_RE.match(run_id):
-            raise RegistryError(f"claim: run id {run_id!r} does not match {_RUN_ID_RE.pattern}")
-        return self.key("claims", f"{run_id}.json")
-
-    def put_claim(self, run_id: str, shards: list[CaptureObject], *, created_at: float, expires_at: float) -> str:
-        """Write ``claims/<run id>.json`` listing ``shards`` (every key under captures/); returns its key.
-
-        Written once (If-None-Match): a retried launch keeps the claim its trainer may already have
-        read; PointerConflict when it exists.
-        """
-        outside = [c.key for c in shards if not c.key.startswith(self.key("captures") + "/")]
-        if outside:
-            raise RegistryError(f"refusing to claim outside {self.key('captures')}/: {outside[:3]}")
-        body = {"claim_version": CLAIM_VERSION, "run_id": run_id, "created_at": created_at,
-                "expires_at": expires_at,
-                "shards": [{"key": c.key, "last_modified": c.last_modified, "size": c.size} for c in shards]}
-        key = self.claim_key(run_id)
-        self._put(key, json.dumps(body).encode(), ContentType="application/json", IfNoneMatch="*")
-        return key
-
-    def list_claims(self) -> list[dict[str, Any]]:
-        """Every claim object's body (unreadable ones are skipped: they protect nothing)."""
-        out = []
-        for key in self._list(self.key("claims") + "/"):
-            try:
-                body = json.loads(self._get(key))
-            except (RegistryError, ValueError):
-                continue
-            if isinstance(body, dict) and key == self.key("claims", f"{body.get('run_id')}.json"):
-                out.append(body)
-        return out
-
-    def release_claim(self, run_id: str) -> None:
-        """Delete the claim of ``run_id`` (absent is fine: S3 deletes are idempotent)."""
-        self._delete_under(self.key("claims") + "/", [self.claim_key(run_id)])
-
-    def _delete_under(self, prefix: str, keys: list[str]) -> tuple[str, ...]:
-        if not keys:
-            return ()
-        try:
-            outcome = delete_under_prefix(self.client, self.bucket, prefix, keys)
-        except DeletionRefused as e:
-            raise RegistryError(str(e)) from e
-        except ClientError as e:
-            raise RegistryError(f"deleting under {prefix}: {e}") from e
-        if outcome.failed:
-            raise PruneIncomplete(outcome.deleted, f"{len(outcome.deleted)} objects under {prefix} deleted, "
-                                  f"{len(outcome.failed)} not: {outcome.describe_failures()}")
-        return outcome.deleted
-
-    # -- S3 primitives --------------------------------------------------------------------------
-    def _put(self, key: str, body: bytes, **extra: Any) -> None:
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, **self._sse, **extra)
-        except ClientError as e:
-            if _code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
-                raise PointerConflict(f"{key} changed concurrently (conditional write lost): {e}") from e
-            raise RegistryError(f"writing {key}: {e}") from e
-
-    def _get(self, key: str) -> bytes:
-        try:
-            return bytes(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
-        except ClientError as e:
-            raise RegistryError(f"reading {key}: {e}") from e
-
-    def _list_objects(self, prefix: str) -> list[Mapping[str, Any]]:
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
-        return [obj for page in pages for obj in page.get("Contents", [])]
-
-    def _list(self, prefix: str) -> list[str]:
-        return [obj["Key"] for obj in self._list_objects(prefix)]
-
-
-def captures_to_prune(captures: list[CaptureObject], limits: CaptureLimits, now: float) -> list[str]:
-    """Oldest first: drop what is past retention, then whatever keeps the buffer above a cap."""
-    ordered = sorted(captures, key=lambda c: (c.last_modified, c.key))
-    samples, size = sum(c.samples for c in ordered), sum(c.size for c in ordered)
-    doomed = []
-    for c in ordered:
-        expired = now - c.last_modified > limits.retention_s
-        if not (expired or samples > limits.max_samples or size > limits.max_bytes):
-            break
-        doomed.append(c.key)
-        samples, size = samples - c.samples, size - c.size
-    return doomed
-
-
 def _check_compatible(manifest: Manifest, target_revision: str, tokenizer_hash: str | None, what: str) -> None:
     if manifest.target_revision != target_revision:
         raise IncompatibleDraft(f"{what}: target_revision {manifest.target_revision!r} != {target_revision!r}")
     if tokenizer_hash is not None and manifest.tokenizer_hash != tokenizer_hash:
         raise IncompatibleDraft(f"{what}: tokenizer_hash {manifest.tokenizer_hash!r} != {tokenizer_hash!r}")
-
-
-def _code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
 
 
 def _iso(now: datetime) -> str:

@@ -305,5 +305,9 @@ def test_s3_artifacts_are_kept_unless_the_spec_opts_in_to_deletion(kube, namespa
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
     assert "other-team/keep.json" in keys  # never anything outside the deployment's prefix
     ours = {k.removeprefix(f"{namespace}/chat/") for k in keys if k.startswith(f"{namespace}/chat/")}
-    # Captures are tenant data and go either way (deleteCapturesOnDelete defaults to true); drafts only on opt-in.
-    assert ours == (set() if opt_in else {"drafts/v1/model.safetensors", "promoted.json"})
+    # Captures are tenant data and go either way (deleteCapturesOnDelete defaults to true); drafts only on opt-in,
+    # and the draft pool's index with them (written when a control pass recorded the launch draft before the delete).
+    if opt_in:
+        assert ours == set()
+    else:
+        assert ours - {"pool.json"} == {"drafts/v1/model.safetensors", "promoted.json"}

@@ -24,6 +24,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -274,6 +275,19 @@ def test_promote_rollback_and_abort_by_hand(kube, namespace, operator, plane, s3
     assert [(e["action"], e["version"], e["previous"], e.get("manual", False)) for e in entries] == [
         ("promote", "v1", None, False), ("promote", "v2", "v1", False),
         ("rollback", "v1", "v2", True), ("promote", "v2", "v1", True)]
+
+    def pool_after_both_flips() -> dict[str, Any] | None:  # each flip is recorded by the pass after it
+        try:
+            body = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}/pool.json")["Body"].read())
+        except s3.exceptions.NoSuchKey:
+            return None
+        served = {e["version"]: e for e in body["entries"]}
+        ordered = {"v1", "v2"} <= set(served) and (
+            served["v2"]["last_served_at"] > served["v1"]["last_served_at"] > served["v2"]["added_at"])
+        return served if ordered else None
+
+    wait_for(pool_after_both_flips, "the draft pool touching v1 (rolled back to), then v2 (promoted by hand)",
+             timeout_s=30)
 
     # The CLI refuses what does not apply; the operator checks again when the annotation is set directly.
     nothing = tide(plane, namespace, "abort", "chat")

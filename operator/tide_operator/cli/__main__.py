@@ -128,7 +128,7 @@ def run_status(args: argparse.Namespace, api: object, namespace: str) -> int:
 
 
 def run_history(args: argparse.Namespace, api: object, namespace: str) -> int:
-    from tide_operator.cli.history import as_document, lineage, registry_for, render_history, s3_client
+    from tide_operator.cli.history import as_document, draft_pool, lineage, registry_for, render_history, s3_client
     from tide_operator.cli.kube import read_secret, read_tide_deployment
 
     obj = read_tide_deployment(api, namespace, args.name)
@@ -136,13 +136,15 @@ def run_history(args: argparse.Namespace, api: object, namespace: str) -> int:
     if args.credentials_from_secret and not secret:
         sys.stderr.write("tide: spec.storage.s3.credentialsSecret is not set; using your AWS credentials\n")
     credentials = read_secret(api, namespace, secret) if args.credentials_from_secret and secret else None
-    rows, events = lineage(registry_for(obj, s3_client(obj, credentials, args.s3_endpoint)))
+    registry = registry_for(obj, s3_client(obj, credentials, args.s3_endpoint))
+    rows, events = lineage(registry)
+    pool = draft_pool(registry, obj)
     if args.output != "text":
         from tide_operator.cli.listing import render_document
 
-        sys.stdout.write(render_document(as_document(rows, events), args.output))
+        sys.stdout.write(render_document(as_document(rows, events, pool), args.output))
         return 0
-    sys.stdout.write(render_history(rows, events, f"{namespace}/{args.name}"))
+    sys.stdout.write(render_history(rows, events, f"{namespace}/{args.name}", pool))
     return 0
 
 

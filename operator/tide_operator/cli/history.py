@@ -1,6 +1,6 @@
-"""`tide history`: the draft lineage of a TideDeployment, read from its S3 draft registry.
+"""`tide history`: the draft lineage of a TideDeployment and its draft pool, read from its S3 draft registry.
 
-Reads drafts/vN/manifest.json, promoted.json and history/ (tide_contracts.registry) with the
+Reads drafts/vN/manifest.json, promoted.json, history/ and pool.json (tide_contracts.registry) with the
 caller's own AWS credentials (environment, profile or IAM role), or, with --credentials-from-secret,
 those in the Secret the TideDeployment names.
 """
@@ -8,10 +8,13 @@ those in the Secret the TideDeployment names.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from tide_contracts.registry import DraftRegistry, HistoryEntry, RegistryError
+
+LAUNCH_DRAFT = "initial"  # the pool's name for spec.draft.initial (what the serving plugin reports)
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,27 @@ class Lineage:
     eval_acceptance_length: float | None
     training_window: tuple[str, str] | None
     served: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    """One entry of the draft pool's index (tide_contracts.draft_pool), times in UTC."""
+
+    version: str
+    added_at: str
+    last_served_at: str
+    signature_tokens: int | None  # tokens its domain signature summarises; None: no signature yet
+    pinned: bool
+    serving: bool
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """The pool of the TideDeployment's current target revision; ``note`` says why it shows empty."""
+
+    target_revision: str | None
+    entries: list[PoolRow] = field(default_factory=list)
     note: str = ""
 
 
@@ -52,9 +76,41 @@ def lineage(registry: DraftRegistry) -> tuple[list[Lineage], list[HistoryEntry]]
     return rows, registry.history()
 
 
-def as_document(rows: list[Lineage], events: list[HistoryEntry]) -> dict[str, Any]:
-    """`tide history -o json|yaml`: the lineage rows and the registry's history entries, as JSON types."""
-    doc = {"drafts": [asdict(r) for r in rows], "history": [e.model_dump(mode="json") for e in events]}
+def draft_pool(registry: DraftRegistry, obj: dict[str, Any]) -> PoolView:
+    """pool.json for the spec's target revision: which entry serves (the pin, else the pointer of this
+    revision, else the launch draft) and which is pinned. An index of another revision is not this one's."""
+    spec = obj.get("spec", {})
+    revision = spec.get("target", {}).get("revision")
+    try:
+        pool, _ = registry.pool()
+        pointer, _ = registry.promoted()
+    except RegistryError as e:
+        return PoolView(revision, note=f"pool.json cannot be read: {e}")
+    if pool is None:
+        return PoolView(revision, note="no draft recorded yet")
+    if pool.target_revision != revision:
+        return PoolView(revision, note=f"pool.json indexes target revision {pool.target_revision}, not {revision}: "
+                                       "empty for this target (replaced at its next record)")
+    pin = spec.get("control", {}).get("draftPin")
+    launch = LAUNCH_DRAFT if spec.get("draft", {}).get("initial") else None
+    serving = pin or (pointer.version if pointer and pointer.target_revision == revision else launch)
+    entries = [PoolRow(e.version, _utc(e.added_at), _utc(e.last_served_at),
+                       e.signature.tokens if e.signature else None, e.version == pin, e.version == serving)
+               for e in sorted(pool.entries, key=lambda e: (e.added_at, e.version))]
+    return PoolView(revision, entries)
+
+
+def _utc(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def as_document(rows: list[Lineage], events: list[HistoryEntry], pool: PoolView | None = None) -> dict[str, Any]:
+    """`tide history -o json|yaml`: the lineage rows, the registry's history entries and the draft pool, as
+    JSON types."""
+    doc: dict[str, Any] = {"drafts": [asdict(r) for r in rows],
+                           "history": [e.model_dump(mode="json") for e in events]}
+    if pool is not None:
+        doc["pool"] = asdict(pool)
     return dict(json.loads(json.dumps(doc)))
 
 
@@ -66,7 +122,7 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def render_history(rows: list[Lineage], events: list[HistoryEntry], title: str) -> str:
+def render_history(rows: list[Lineage], events: list[HistoryEntry], title: str, pool: PoolView | None = None) -> str:
     from tide_operator.cli.status import table
 
     lines = [f"Draft lineage of {title}:"]
@@ -79,6 +135,8 @@ def render_history(rows: list[Lineage], events: list[HistoryEntry], title: str) 
                  " to ".join(r.training_window) if r.training_window else "-",
                  "serving" if r.served else r.note] for r in rows]
         lines += table([header, *body])
+    if pool is not None:
+        lines += render_pool(pool)
     if events:
         lines.append("Registry history:")
         lines += table([["AT", "ACTION", "VERSION", "PREVIOUS", "RUN", "REASON"],
@@ -86,6 +144,17 @@ def render_history(rows: list[Lineage], events: list[HistoryEntry], title: str) 
                            _cell(e.previous), _cell(e.run_id), e.reason or "-"]
                           for e in events]])
     return "\n".join(lines) + "\n"
+
+
+def render_pool(pool: PoolView) -> list[str]:
+    from tide_operator.cli.status import table
+
+    lines = [f"Draft pool of target revision {pool.target_revision or '-'} (* serves):"]
+    if not pool.entries:
+        return [*lines, f"  empty: {pool.note}" if pool.note else "  empty"]
+    header = ["VERSION", "ADDED", "LAST SERVED", "SIGNATURE TOKENS", "PINNED"]
+    return lines + table([header, *[[("* " if r.serving else "  ") + r.version, r.added_at, r.last_served_at,
+                                      _cell(r.signature_tokens), "pinned" if r.pinned else "-"] for r in pool.entries]])
 
 
 def s3_client(obj: dict[str, Any], credentials: dict[str, str] | None, endpoint: str | None) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD
@@ -33,6 +34,8 @@ from tide_operator.manifests import labels
 from tide_operator.manifests.ownership import owner_uids
 from tide_operator.manifests.pod import registry_prefix, s3_encryption
 from tide_operator.passes.control_loop import SensorReading, control_pass
+from tide_operator.passes.draft_pool_index import forget as forget_served
+from tide_operator.passes.draft_pool_index import note_served
 from tide_operator.passes.effects import ClusterEffects
 from tide_operator.passes.sensors import read_sensors
 from tide_operator.passes.serving_status import StatusDraft
@@ -72,6 +75,9 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     params = policy_params(spec, profile_points, max_batch_size=max_batch_size,
                            observation_window_s=config.prometheus_window_seconds,
                            deployment_uid=next(iter(owner_uids(adopt({"metadata": {}}))), ""))
+    if reading.observation is not None:  # what serves, as read before this pass changes it (a pin, a flip)
+        draft.events.extend(note_served(registry, spec, (namespace, name), reading.observation.promoted_version,
+                                        datetime.now(UTC)))
     control_pass(draft, params, reading, effects, now_s, manual)
 
 
@@ -102,6 +108,7 @@ def forget(namespace: str, name: str) -> None:
     """A deleted TideDeployment's in-memory pass state (a new one of the same name starts afresh)."""
     _LAST_RUN.pop((namespace, name), None)
     _SAMPLE_CACHES.pop((namespace, name), None)
+    forget_served(namespace, name)
 
 
 def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: Cluster, *,

@@ -213,7 +213,7 @@ class ClusterEffects:
         except STORAGE_ERRORS as e:
             raise EffectError(f"promote {action.candidate}: {e}") from e
         # Before the pods: a pass retried for a pod that was away records it again (a touch, no harm).
-        note = record_promotion(self.registry, self.spec, pointer, datetime.now(UTC))
+        note = record_promotion(self.registry, self.spec, pointer, datetime.now(UTC), (self.namespace, self.name))
         source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts", pointer.version)
         try:  # the manifest's checksum as written at promotion, not as read back from the same prefix
             self.fleet.load_draft(source, pointer.version, self._not_yet_serving(pointer.version, None),

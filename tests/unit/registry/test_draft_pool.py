@@ -61,11 +61,22 @@ def test_a_known_draft_keeps_its_signature_when_recalled() -> None:
 
 
 def test_a_new_target_or_tokenizer_empties_the_pool() -> None:
-    pool = pool_of("v1", "v2")
-    assert for_target(pool, "r1", None) is pool
-    assert for_target(pool, "r2", None).entries == ()
+    pool = pool_of("v1", "v2").model_copy(update={"tokenizer_hash": "tok-1"})
+    assert for_target(pool, "r1", "tok-1") is pool
+    assert for_target(pool, "r2", "tok-1").entries == ()
     assert for_target(pool, "r1", "tok-2").entries == ()
     assert for_target(None, "r1", None) == DraftPool(target_revision="r1")
+
+
+def test_an_unknown_tokenizer_is_not_another_tokenizer() -> None:
+    """The launch draft is recorded before any manifest names the tokenizer: the first that does keeps the
+    pool (the same target revision serves one tokenizer) and the pool learns the hash; a record without one
+    keeps it."""
+    launch, _ = served(DraftPool(target_revision="r1"), "initial", 1.0)
+    learnt = for_target(launch, "r1", "tok-1")
+    assert (learnt.tokenizer_hash, [e.version for e in learnt.entries]) == ("tok-1", ["initial"])
+    assert for_target(learnt, "r1", None) is learnt
+    assert for_target(learnt, "r1", "tok-2").entries == ()
 
 
 def test_signatures_rank_the_pool_by_how_close_its_traffic_was() -> None:
