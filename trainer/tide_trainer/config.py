@@ -156,13 +156,13 @@ class RecallConfig(BaseModel):
 
     @property
     def report_file(self) -> Path:
-        return Path(self.work_dir) / RECALL_REPORT_FILE
+        return Path(self.work_dir, RECALL_REPORT_FILE)
 
 
 def draft_reference(raw: str) -> tuple[str, str]:
     """``VERSION=SOURCE`` -> (version, source); the version is ``initial`` or ``vN`` (the pool's names)."""
     version, sep, source = raw.partition("=")
-    if not sep or not re.match(POOLED_VERSION, version) or not source:
+    if not sep or not re.fullmatch(POOLED_VERSION, version) or not source:
         raise ValueError(f"draft {raw!r}: expected VERSION=SOURCE with VERSION initial or vN")
     return version, source
 

@@ -171,6 +171,7 @@ def test_without_a_served_draft_the_baseline_is_no_speculation(registry: Registr
 
 @pytest.mark.parametrize("drafts", [
     [], ["v0=s3://b/p/drafts/v0"], ["latest=s3://b/p/drafts/v3"], ["v3"], ["v3=s3://b/x", "v3=s3://b/y"],
+    ["v1\n=s3://b/p/drafts/v1"],
 ])
 def test_bad_draft_names_exit_2(registry: Registry, tmp_path: Path, drafts: list[str]) -> None:
     assert _recall(registry, tmp_path, *drafts) == ExitCode.BAD_CONFIG
