@@ -107,6 +107,9 @@ class DraftScorer:
             return None
         # One draft in memory at a time: drafts with large vocabularies would not all fit at once.
         evaluation = evaluate_acceptance(model.to(self.device), self.batches, self.cfg.speculative_tokens)
+        if not evaluation["rounds"]:  # the same for every draft: no request has K tokens after its first
+            raise NoDataError(f"the captured requests are too short to draft K={self.cfg.speculative_tokens} "
+                              "tokens even once: nothing to score")
         length = float(evaluation["acceptance_length"])  # type: ignore[arg-type]
         log.info("draft %s: acceptance length %.3f over %s rounds", version, length, evaluation["rounds"])
         return length

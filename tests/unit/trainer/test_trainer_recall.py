@@ -169,6 +169,16 @@ def test_without_a_served_draft_the_baseline_is_no_speculation(registry: Registr
     assert report.served_acceptance_length == 1.0
 
 
+def test_requests_too_short_to_draft_exit_3(s3: object, parent_dir: Path, tmp_path: Path) -> None:
+    bucket = f"tide-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+    code = main(["recall", "--shards", str(write_buffer(tmp_path / "short", length=2)), "--target-revision", REVISION,
+                 "--registry", f"s3://{bucket}/ns/chat", "--run-id", "r7", "--speculative-tokens", "2",
+                 "--pooled-drafts", f"initial={parent_dir}", "--work-dir", str(tmp_path / "recall")])
+    assert code == ExitCode.NO_DATA
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket)  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("drafts", [
     [], ["v0=s3://b/p/drafts/v0"], ["latest=s3://b/p/drafts/v3"], ["v3"], ["v3=s3://b/x", "v3=s3://b/y"],
     ["v1\n=s3://b/p/drafts/v1"],
