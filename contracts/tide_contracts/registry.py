@@ -27,13 +27,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD, server_side_copy, stream_sha256
 from tide_contracts.draft_pool import DomainSignature
 from tide_contracts.encryption import S3Encryption
 from tide_contracts.prefix_delete import DeletionRefused, delete_under_prefix
+from tide_contracts.recall import RECALL_REPORT_FILE, RECALL_REPORT_VERSION, RecallReport
 from tide_contracts.registry_captures import (
+    _RUN_ID_RE,
     CAPTURE_SAMPLES_METADATA,
     CLAIM_VERSION,
     CaptureBuffer,
@@ -180,6 +182,27 @@ class DraftRegistry(PoolIndex, CaptureBuffer):
         except (RegistryError, ValueError):
             return None
         return report if isinstance(report, dict) else None
+
+    def recall_report(self, run_id: str) -> RecallReport | None:
+        """The recall evaluation's report (candidates/<run_id>/recall.json), None until the Job wrote it.
+
+        One that does not parse is a RegistryError naming the key: an evaluation that ended but cannot
+        be read must not pass for one still running.
+        """
+        if not _RUN_ID_RE.match(run_id):
+            raise RegistryError(f"recall report: run id {run_id!r} does not match {_RUN_ID_RE.pattern}")
+        key = self.key("candidates", run_id, RECALL_REPORT_FILE)
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except ClientError as e:
+            if _code(e) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise RegistryError(f"reading {key}: {e}") from e
+        try:
+            return RecallReport.model_validate_json(body)
+        except ValidationError as e:
+            raise RegistryError(f"{key} is not a recall report of report_version {RECALL_REPORT_VERSION}: "
+                                f"{e}") from e
 
     def draft_manifest(self, version: str) -> Manifest:
         return Manifest.model_validate_json(self._get(self.key("drafts", version, MANIFEST_FILE)))

@@ -1,4 +1,4 @@
-"""`python -m tide_trainer train|init`: the Job entrypoints. Arguments, environment and exit codes are a contract
+"""`python -m tide_trainer train|init|recall`: the Job entrypoints. Arguments, environment and exit codes are a contract
 (docs/contracts/trainer-cli.md); the flags are generated from TrainConfig so they cannot drift from it.
 """
 
@@ -19,8 +19,9 @@ from pydantic import BaseModel, ValidationError
 
 from tide_contracts.shards import ShardError
 from tide_trainer.bootstrap import run_init
-from tide_trainer.config import InitConfig, TrainConfig, load_config_file
+from tide_trainer.config import InitConfig, RecallConfig, TrainConfig, load_config_file
 from tide_trainer.data import IncompatibleDataError, NoDataError
+from tide_trainer.recall import NoDraftError, run_recall
 from tide_trainer.run import run_training
 from tide_trainer.starting_point import IncompatibleDraftError
 from tide_trainer.storage import StorageError
@@ -40,6 +41,7 @@ class ExitCode(IntEnum):
     STORAGE = 6
     NOT_BETTER = 7  # trained and evaluated, but did not beat the baseline: nothing uploaded
     NO_GPU = 8  # TIDE_TRAINER_REQUIRE_GPU=1 but torch sees no GPU (CUDA or ROCm): nothing trained
+    NO_DRAFT = 9  # recall: the served draft, or every pooled one, could not be loaded and checked: no report
 
 
 # Set by the operator on its Jobs ("1" unless the pool is CPU-only): a Job that asked for GPUs and
@@ -51,7 +53,7 @@ REQUIRE_GPU_ENV = "TIDE_TRAINER_REQUIRE_GPU"
 _ERRORS: list[tuple[type[BaseException], ExitCode]] = [
     (ShardError, ExitCode.BAD_DATA), (NoDataError, ExitCode.NO_DATA),
     (IncompatibleDataError, ExitCode.INCOMPATIBLE), (IncompatibleDraftError, ExitCode.INCOMPATIBLE),
-    (StorageError, ExitCode.STORAGE),
+    (StorageError, ExitCode.STORAGE), (NoDraftError, ExitCode.NO_DRAFT),
 ]
 _HANDLED = tuple(cls for cls, _ in _ERRORS)  # what main() turns into a documented exit code
 
@@ -69,15 +71,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m tide_trainer", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for command, model, what in (("train", TrainConfig, "train a candidate draft from captured hidden states"),
-                                 ("init", InitConfig, "write a freshly initialised draft head for the target")):
+                                 ("init", InitConfig, "write a freshly initialised draft head for the target"),
+                                 ("recall", RecallConfig, "score the served and the pooled drafts on the "
+                                  "captures since a shift (no training)")):
         parser_ = sub.add_parser(command, help=what)
         parser_.add_argument("--config", type=Path, help=f"YAML or JSON file of {model.__name__} keys; flags override")
         for name, field in model.model_fields.items():
-            parser_.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=field.description)
+            repeated = field.annotation == list[str]  # --pooled-drafts A --pooled-drafts B
+            parser_.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=field.description,
+                                 action="append" if repeated else "store")
     return parser
 
 
-_CONFIGS: dict[str, type[BaseModel]] = {"train": TrainConfig, "init": InitConfig}
+_CONFIGS: dict[str, type[BaseModel]] = {"train": TrainConfig, "init": InitConfig, "recall": RecallConfig}
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
@@ -91,7 +97,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return model.model_validate(values)
 
 
-def _parse_flag(raw: str, annotation: Any) -> Any:
+def _parse_flag(raw: str | list[str], annotation: Any) -> Any:
+    if isinstance(raw, list):  # a repeated flag: one value each time
+        return raw
     if list in (getattr(a, "__origin__", None) for a in (annotation, *get_args(annotation))):
         return [int(x) for x in raw.strip("[]").split(",") if x.strip()]  # --aux-layer-ids 1,2,3
     return raw  # pydantic converts numbers and checks literals
@@ -111,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         log.error("no_gpu: %s", missing)
         return _finish(ExitCode.NO_GPU, {"error": missing})
+    if isinstance(cfg, RecallConfig):
+        return recall(cfg)
     _init_distributed()
     try:
         outcome = run_training(cfg)
@@ -142,6 +152,21 @@ def init(cfg: InitConfig) -> int:
         return _failed(e)
     log.info("bootstrap head %s at %s", "written" if outcome.created else "kept", outcome.uri)
     return _finish(ExitCode.OK, {"bootstrap": outcome.uri, "created": outcome.created})
+
+
+def recall(cfg: RecallConfig) -> int:
+    """Score the drafts and write recall.json: one process, no training, no candidate."""
+    try:
+        outcome = run_recall(cfg)
+    except _HANDLED as e:
+        return _failed(e)
+    best = outcome.report.best()
+    log.info("recall report %s: served %.3f, best pooled %s", outcome.uri, outcome.report.served_acceptance_length,
+             f"{best.version} {best.acceptance_length:.3f}" if best else None)
+    return _finish(ExitCode.OK, {"report": outcome.uri, "served_acceptance_length":
+                                 outcome.report.served_acceptance_length,
+                                 "scores": {s.version: s.acceptance_length for s in outcome.report.scores},
+                                 "skipped": sorted(outcome.skipped)})
 
 
 def missing_gpu() -> str | None:

@@ -79,10 +79,7 @@ def load_window(source: ShardSource, newest: int, expect: DataExpectations) -> l
         raise NoDataError("shards: the buffer is empty")
     shards = []
     for ref in refs:
-        try:
-            shard = read_shard(source.read_bytes(ref))
-        except ShardError as e:
-            raise ShardError(f"shard {ref.name}: {e}") from e
+        shard = read_checked(source, ref)
         check_compatible(shard, expect, ref.name)
         shards.append(shard)
     log.info("read %d shards, %d requests, %d tokens", len(shards),
@@ -90,17 +87,37 @@ def load_window(source: ShardSource, newest: int, expect: DataExpectations) -> l
     return shards
 
 
+def read_checked(source: ShardSource, ref: ShardRef) -> HiddenStateShard:
+    """One shard, parsed against the shard contract (a ShardError names the shard)."""
+    try:
+        return read_shard(source.read_bytes(ref))
+    except ShardError as e:
+        raise ShardError(f"shard {ref.name}: {e}") from e
+
+
 def check_compatible(shard: HiddenStateShard, expect: DataExpectations, name: str) -> None:
+    check_captured_from(shard, expect.target_revision, expect.tokenizer_hash, name)
+    check_fits_draft(shard, expect, name)
+
+
+def check_captured_from(shard: HiddenStateShard, target_revision: str, tokenizer_hash: str | None,
+                        name: str) -> None:
+    """The shard was captured from this target revision (and tokenizer, when one is given)."""
     h = shard.header
-    if h.target_revision != expect.target_revision:
+    if h.target_revision != target_revision:
         raise IncompatibleDataError(f"shard {name}: target_revision {h.target_revision!r} != "
-                                    f"expected {expect.target_revision!r}")
-    stale = [r.request_id for r in h.requests if r.target_revision != expect.target_revision]
+                                    f"expected {target_revision!r}")
+    stale = [r.request_id for r in h.requests if r.target_revision != target_revision]
     if stale:
         raise IncompatibleDataError(f"shard {name}: requests {stale[:3]} have another target_revision")
-    if expect.tokenizer_hash is not None and h.tokenizer_hash != expect.tokenizer_hash:
+    if tokenizer_hash is not None and h.tokenizer_hash != tokenizer_hash:
         raise IncompatibleDataError(f"shard {name}: tokenizer_hash {h.tokenizer_hash!r} != "
-                                    f"expected {expect.tokenizer_hash!r}")
+                                    f"expected {tokenizer_hash!r}")
+
+
+def check_fits_draft(shard: HiddenStateShard, expect: DataExpectations, name: str) -> None:
+    """The draft reads this shard: its hidden size, auxiliary layers and vocabulary."""
+    h = shard.header
     if h.hidden_size != expect.target_hidden_size:
         raise IncompatibleDataError(f"shard {name}: hidden_size {h.hidden_size} != the draft's "
                                     f"target_hidden_size {expect.target_hidden_size}")
@@ -132,10 +149,8 @@ def is_eval_request(request_id: str, eval_fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction
 
 
-def split_samples(shards: list[HiddenStateShard], eval_fraction: float,
-                  max_seq_len: int) -> tuple[list[Sample], list[Sample]]:
-    train: list[Sample] = []
-    held_out: list[Sample] = []
+def request_slices(shards: list[HiddenStateShard], max_seq_len: int) -> Iterator[Sample]:
+    """Every request of the shards in order, cut into slices of at most ``max_seq_len`` rows."""
     for shard in shards:
         aux = torch.from_numpy(shard.aux_hidden_states).flatten(1)  # [T, 3*H]
         labels = torch.from_numpy(shard.labels)
@@ -143,10 +158,18 @@ def split_samples(shards: list[HiddenStateShard], eval_fraction: float,
             torch.from_numpy(shard.loss_mask)
         for r, request in enumerate(shard.header.requests):
             rows = shard.request_rows(r)
-            split = held_out if is_eval_request(request.request_id, eval_fraction) else train
             for start in range(rows.start, rows.stop, max_seq_len):
                 end = min(start + max_seq_len, rows.stop)
-                split.append(Sample(aux[start:end], labels[start:end], mask[start:end], request))
+                yield Sample(aux[start:end], labels[start:end], mask[start:end], request)
+
+
+def split_samples(shards: list[HiddenStateShard], eval_fraction: float,
+                  max_seq_len: int) -> tuple[list[Sample], list[Sample]]:
+    train: list[Sample] = []
+    held_out: list[Sample] = []
+    for sample in request_slices(shards, max_seq_len):
+        split = held_out if is_eval_request(sample.request.request_id, eval_fraction) else train
+        split.append(sample)
     return train, held_out
 
 

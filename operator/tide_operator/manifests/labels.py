@@ -8,6 +8,11 @@ MANAGED_BY = "tide-operator"
 DEPLOYMENT_LABEL = "tide.dev/deployment"
 GPU_CLASS_LABEL = "tide.dev/gpu-class"
 TRAINING_RUN_LABEL = "tide.dev/training-run"
+# What a trainer-image Job does (the pods of all three are component "trainer"): selectors never use it.
+JOB_KIND_LABEL = "tide.dev/job-kind"
+JOB_KIND_TRAINING = "training"
+JOB_KIND_EVALUATION = "evaluation"  # the draft pool's recall evaluation (issue 16)
+JOB_KIND_BOOTSTRAP = "bootstrap"
 COMPONENT_INFERENCE = "inference"
 COMPONENT_TRAINER = "trainer"
 
@@ -30,10 +35,11 @@ def serving_labels(td_name: str) -> dict[str, str]:
     return common_labels(td_name, COMPONENT_INFERENCE, "vllm")
 
 
-def trainer_labels(td_name: str, run_id: str) -> dict[str, str]:
+def trainer_labels(td_name: str, run_id: str, job_kind: str = JOB_KIND_TRAINING) -> dict[str, str]:
     return {
         **common_labels(td_name, COMPONENT_TRAINER, "tide-trainer"),
         TRAINING_RUN_LABEL: dns_label(run_id),
+        JOB_KIND_LABEL: job_kind,
     }
 
 

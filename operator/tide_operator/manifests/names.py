@@ -45,12 +45,21 @@ def control_token_secret_name(td_name: str) -> str:
 
 def trainer_job_name(td_name: str, run_id: str) -> str:
     """``<td>-train-<run id>``; a long or unusual run id becomes a hash, the rest stays readable."""
-    full = f"{td_name}-train-{run_id}"
+    return _run_job_name(td_name, "train", run_id)
+
+
+def evaluation_job_name(td_name: str, run_id: str) -> str:
+    """``<td>-eval-<run id>``: the draft pool's recall evaluation of a run id (never a training run's name)."""
+    return _run_job_name(td_name, "eval", run_id)
+
+
+def _run_job_name(td_name: str, kind: str, run_id: str) -> str:
+    full = f"{td_name}-{kind}-{run_id}"
     if dns_label(full) == full:
         return full
     digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_LENGTH]
-    head = td_name[: MAX_NAME - len("-train-") - _HASH_LENGTH].rstrip("-")  # td names are RFC 1035 labels
-    return f"{head}-train-{digest}"
+    head = td_name[: MAX_NAME - len(f"-{kind}-") - _HASH_LENGTH].rstrip("-")  # td names are RFC 1035 labels
+    return f"{head}-{kind}-{digest}"
 
 
 def bootstrap_key(target_revision: str) -> str:

@@ -1,15 +1,19 @@
-"""The trainer Job of one training run, on the training pool.
+"""The trainer Job of one training run, on the training pool, and the Jobs built like it.
 
 The command line follows the trainer contract (docs/contracts/trainer-cli.md): ``python -m
 tide_trainer train --shards ... --registry ... --run-id ...`` (``torchrun`` with one process per
 GPU when a Job has several). The trainer uploads a candidate to ``candidates/<run id>/`` and exits
-with a code the control loop reads; the operator promotes.
+with a code the control loop reads; the operator promotes. The bootstrap Job (``init``) and the
+draft pool's recall evaluation Job (``recall``) are trainer Jobs with another subcommand.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
+from tide_contracts.recall import POOLED_VERSION
 from tide_operator.api.spec import TideDeploymentSpec
 from tide_operator.catalog import GpuClass
 from tide_operator.config import OperatorConfig
@@ -162,11 +166,25 @@ def bootstrap_location(td_name: str, namespace: str, spec: TideDeploymentSpec) -
 
 def init_command(config: OperatorConfig) -> list[str]:
     """The trainer's command with ``init`` for its ``train`` subcommand (one process: no torchrun)."""
+    return subcommand(config, "init")
+
+
+def subcommand(config: OperatorConfig, name: str) -> list[str]:
+    """The trainer's one-process command with ``name`` for its ``train`` subcommand."""
     command = list(config.trainer.command)
     if not command or command[-1] != "train":
         raise ValueError(f"operator config trainer.command {command} must end with the subcommand 'train' "
-                         "(the bootstrap Job runs the same command with 'init')")
-    return [*command[:-1], "init"]
+                         f"(the bootstrap and evaluation Jobs run the same command with 'init' and 'recall')")
+    return [*command[:-1], name]
+
+
+def _relabel(job: dict[str, Any], job_kind: str) -> None:
+    for meta in (job["metadata"], job["spec"]["template"]["metadata"]):
+        meta["labels"][labels.JOB_KIND_LABEL] = job_kind
+
+
+def _trainer_container(job: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == CONTAINER_NAME)
 
 
 def build_bootstrap_job(td_name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement,
@@ -176,10 +194,84 @@ def build_bootstrap_job(td_name: str, namespace: str, spec: TideDeploymentSpec, 
                             operator_config=operator_config, deadline_s=BOOTSTRAP_DEADLINE_S)
     job["metadata"]["name"] = names.bootstrap_job_name(td_name, spec.target.revision)
     job["spec"]["backoffLimit"] = BOOTSTRAP_RETRIES
-    container = next(c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == CONTAINER_NAME)
+    _relabel(job, labels.JOB_KIND_BOOTSTRAP)
+    container = _trainer_container(job)
     container["command"] = init_command(operator_config)
     container["args"] = ["--target-model", spec.target.model, "--target-revision", spec.target.revision,
                          "--output", bootstrap_location(td_name, namespace, spec),
                          "--speculative-tokens", str(spec.draft.num_speculative_tokens),
                          "--work-dir", work_dir(td_name, namespace, BOOTSTRAP_RUN, operator_config)]
+    return job
+
+
+# ---- the draft pool's recall evaluation (`tide_trainer recall`, issue 16) -----------------------------
+EVALUATION_DEADLINE_S = 3600  # scores a bounded number of tokens (the trainer's --max-eval-tokens) per draft
+_POOLED_VERSION = re.compile(POOLED_VERSION)
+
+
+def evaluation_args(td_name: str, namespace: str, spec: TideDeploymentSpec, run_id: str, config: OperatorConfig,
+                    served_version: str | None, pooled_versions: Sequence[str],
+                    captured_since: float | None) -> list[str]:
+    """Flags of ``tide_trainer recall``: training's claim, registry and K, then each draft as VERSION=SOURCE.
+
+    Sources are never taken from a caller: ``drafts/vN`` under the registry prefix, or spec.draft.initial
+    (validated by the spec) for ``initial``. Training's extra flags are left out (recall refuses them).
+    """
+    _check_versions(served_version, pooled_versions)
+    storage = spec.storage.s3
+    args = ["--shards", pod.s3_uri(td_name, namespace, storage, "captures"),
+            "--shard-claim", pod.s3_uri(td_name, namespace, storage, "claims", f"{run_id}.json"),
+            "--target-revision", spec.target.revision, "--registry", pod.s3_uri(td_name, namespace, storage),
+            "--run-id", run_id, "--speculative-tokens", str(spec.draft.num_speculative_tokens),
+            "--work-dir", work_dir(td_name, namespace, run_id, config)]
+    if captured_since is not None:
+        args += ["--captured-since", repr(float(captured_since))]
+    if served_version is not None:
+        args += ["--served-draft", _draft_reference(td_name, namespace, spec, served_version)]
+    for version in pooled_versions:
+        args += ["--pooled-drafts", _draft_reference(td_name, namespace, spec, version)]
+    return args
+
+
+def _check_versions(served_version: str | None, pooled_versions: Sequence[str]) -> None:
+    named = [*pooled_versions, *([served_version] if served_version is not None else [])]
+    for version in named:
+        if not _POOLED_VERSION.fullmatch(version):
+            raise ValueError(f"draft version {version!r} is not a pool name ({POOLED_VERSION})")
+    if not pooled_versions:
+        raise ValueError("recall evaluation: no pooled draft to score")
+    if len(set(named)) != len(named):
+        raise ValueError(f"recall evaluation: a draft version is named twice in {named!r} "
+                         "(each pooled draft once, never the served one)")
+
+
+def _draft_reference(td_name: str, namespace: str, spec: TideDeploymentSpec, version: str) -> str:
+    if version != "initial":
+        return f"{version}={pod.s3_uri(td_name, namespace, spec.storage.s3, 'drafts', version)}"
+    if spec.draft.initial is None:
+        raise ValueError("draft version 'initial' names spec.draft.initial, which this deployment does not set")
+    return f"initial={spec.draft.initial}"
+
+
+def build_evaluation_job(td_name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement, *,
+                         run_id: str, operator_config: OperatorConfig, served_version: str | None,
+                         pooled_versions: Sequence[str], captured_since: float | None = None,
+                         deadline_s: int = EVALUATION_DEADLINE_S) -> dict[str, Any]:
+    """The recall evaluation Job ``<td>-eval-<run id>``: a trainer Job (pool, image, resources, S3 and
+    encryption env, pod security, podTemplateOverride) labelled ``job-kind: evaluation``, running
+    ``tide_trainer recall`` in one process. It reads the shards claimed under ``run_id`` (the operator
+    writes the claim first, as for training) and writes only ``candidates/<run id>/recall.json``.
+
+    ``served_version``: the served draft (None: nothing served); ``pooled_versions``: ``initial`` or
+    ``vN`` each, never the served one. A name outside the pool's pattern is a ValueError naming it.
+    """
+    args = evaluation_args(td_name, namespace, spec, run_id, operator_config, served_version, pooled_versions,
+                           captured_since)
+    job = build_trainer_job(td_name, namespace, spec, placement, run_id=run_id, operator_config=operator_config,
+                            deadline_s=deadline_s)
+    job["metadata"]["name"] = names.evaluation_job_name(td_name, run_id)
+    _relabel(job, labels.JOB_KIND_EVALUATION)
+    container = _trainer_container(job)
+    container["command"] = subcommand(operator_config, "recall")
+    container["args"] = args
     return job

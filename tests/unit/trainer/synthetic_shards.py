@@ -30,9 +30,10 @@ def tiny_draft_config(**overrides: object) -> DraftConfig:
 
 def make_shard(seed: int, *, requests: int = 6, length: int = 24, dtype: str = "fp32",
                revision: str = REVISION, hidden: int = HIDDEN, first_request: int = 0,
-               served_rate: float = 0.3,
+               served_rate: float = 0.3, world_seed: int = 1234,
                with_last: bool = False) -> HiddenStateShard:
-    world = np.random.default_rng(1234)  # the same "target" for every shard
+    """world_seed: the "target" (its permutation and projections); another seed is another traffic domain."""
+    world = np.random.default_rng(world_seed)  # the same "target" for every shard
     perm = world.permutation(VOCAB)
     proj = world.normal(size=(3, VOCAB, hidden)).astype(np.float32)
     rng = np.random.default_rng(seed)
