@@ -11,7 +11,9 @@ and per predictor and n: how often it picks the truly best draft, the acceptance
 best (regret), Spearman's rank correlation of its scores with the truth, and its wall clock per decision
 (capture excluded: both read states the window already holds).
 
-Run: .venv/bin/python bench/draft_pool_signature.py [--out results.json] [--epochs 10] [--seeds 5]
+Run: .venv/bin/python bench/draft_pool_signature.py [--out results.json] [--epochs 10] [--seeds 3]
+(progress goes to stderr; on 2 cores shared at load 5, capture took 205 s and training 257 s: run it on
+idle cores; --seeds 1 --epochs 5 cut capture by a third and training by half, not measured)
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from tide_trainer.tiny_target.build import ensure_tiny_target, load_tiny_target
 SHARES_A = (1.0, 0.8, 0.5, 0.2, 0.0)  # share of domain A (code) requests in a window
 SLICES = (4, 16, 64)  # window requests a predictor reads
 WINDOW_REQUESTS = 64  # per domain and seed: the pool a window's slices are drawn from
-TRAIN_SHARDS, TRUTH_SHARDS = 8, 16  # per domain, 16 requests each
+TRAIN_SHARDS, TRUTH_SHARDS = 4, 8  # per domain, 16 requests each
 # capture seeds: training A=1, B=3 and truth A=2, B=4 as bench/trainer_shift.py; windows below
 TRAIN_SEEDS, TRUTH_SEEDS = {"code": 1, "prose": 3}, {"code": 2, "prose": 4}
 WINDOW_SEED_BASE = {"code": 100, "prose": 200}  # window seed s captures A with 100+s, B with 200+s
@@ -221,7 +223,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--seeds", type=int, default=5, help="window seeds 1..N")
+    parser.add_argument("--seeds", type=int, default=3, help="window seeds 1..N")
     parser.add_argument("--keep", type=int, default=2, help="drafts the signature shortlists for evaluation")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -239,11 +241,14 @@ def main() -> None:
     pools = {seed: tuple(requests(d, base + seed, WINDOW_REQUESTS // 16) for d, base in WINDOW_SEED_BASE.items())
              for seed in range(1, args.seeds + 1)}
     capture_s = time.monotonic() - t0
+    progress(started, f"captured in {capture_s:.0f} s")
     scratch = fresh_draft(target_dir, target_draft_config(target_dir, [1, 2, 3], None), [], seed=0)
     with tempfile.TemporaryDirectory() as work:  # fit() resumes from a checkpoint left in its work dir
         pool = build_pool(scratch, train["code"], train["prose"], Path(work), args.epochs)
+    progress(started, "pool trained")
     tallies = {name: (tally(d.model, held_out["code"]), tally(d.model, held_out["prose"])) for name, d in pool.items()}
     truth = {share: {name: mixed_acceptance(a, b, share) for name, (a, b) in tallies.items()} for share in SHARES_A}
+    progress(started, "truth measured")
     decisions = windows(pool, truth, pools, args.keep)
     result = {"truth": {str(s): t for s, t in truth.items()}, "table": table(decisions), "decisions": decisions,
               "meta": {"k": K, "epochs": args.epochs, "window_seeds": list(pools), "keep": args.keep,
@@ -256,6 +261,10 @@ def main() -> None:
     report(result)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def progress(started: float, what: str) -> None:
+    print(f"[{time.monotonic() - started:6.0f} s] {what}", file=sys.stderr, flush=True)
 
 
 def report(result: dict) -> None:
