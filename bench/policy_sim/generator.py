@@ -17,6 +17,9 @@ TICK_S = 30.0  # spec.control.interval: one control pass (and one training decis
 SEED_SETS = {"train": (11, 12, 13), "held-out": (1001, 1002), "diagnostic": tuple(range(21, 31))}
 FAMILIES = ("steady", "bursty", "long_high_load", "short_excursions", "domain_shifts", "slow_drift",
             "recurring", "bad_launch")
+# The draft pool's family (issue 16), run apart by `policy_bench.py --pool` with its own check: A, B, A,
+# B, ... with every period at least three training rounds long (a round is at most 900 s here).
+POOL_FAMILIES = ("recurring_pool",)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,9 @@ class WorldParams:
     """How the world punishes (see world.py for why these values)."""
 
     training_s: float = 600.0  # one trainer Job, wall clock
+    # One recall evaluation Job (issue 16), wall clock: scheduling, loading up to four drafts, scoring
+    # a few thousand tokens each (the trainer's bound, 32k tokens) on one training GPU.
+    recall_s: float = 180.0
     training_gain: float = 0.6  # a round closes this share of the gap to the ceiling, per buffer share
     forgetting: float = 0.2  # a round loses this share of what other domains gained over the launch draft
     regression_probability: float = 0.25  # a candidate is worse live than in its evaluation
@@ -164,6 +170,11 @@ def _timeline(family: str, rng: np.random.Generator) -> tuple[_Timeline, int]:
         for i in range(int(rng.integers(4, 6))):
             tl.add(f"domain{i % 2}", m(25, 45), i % 2, b)
         return tl, 2
+    if family == "recurring_pool":
+        b = _low(rng)
+        for i in range(int(rng.integers(6, 9))):
+            tl.add(f"domain{i % 2}", m(45, 60), i % 2, b)
+        return tl, 2
     if family == "bad_launch":
         n = int(rng.integers(1, 3))
         for d in range(n):
@@ -173,7 +184,7 @@ def _timeline(family: str, rng: np.random.Generator) -> tuple[_Timeline, int]:
 
 
 def generate(family: str, seed: int, world: WorldParams | None = None) -> Scenario:
-    rng = np.random.default_rng([FAMILIES.index(family), seed])
+    rng = np.random.default_rng([(*FAMILIES, *POOL_FAMILIES).index(family), seed])
     tl, n = _timeline(family, rng)
     ceilings, launch = _domains(rng, n, bad_launch=family == "bad_launch")
     params = world or WorldParams(training_s=round(float(rng.uniform(480, 900)) / STEP_S) * STEP_S,
@@ -182,9 +193,9 @@ def generate(family: str, seed: int, world: WorldParams | None = None) -> Scenar
     return Scenario(f"{family}-{seed}", family, seed, tuple(tl.segments), ceilings, launch, params)
 
 
-def scenario_set(seeds: str) -> list[Scenario]:
+def scenario_set(seeds: str, families: tuple[str, ...] = FAMILIES) -> list[Scenario]:
     """One scenario per family per seed of the named set."""
-    return [generate(family, seed) for seed in SEED_SETS[seeds] for family in FAMILIES]
+    return [generate(family, seed) for seed in SEED_SETS[seeds] for family in families]
 
 
 def random_scenario(seed: int, max_minutes: float = 40.0) -> Scenario:

@@ -8,10 +8,15 @@ SimEffects implements control_loop.Effects the way effects.ClusterEffects carrie
 - SetCapture: capture on or off on every pod.
 - LaunchTraining: a trainer Job from the pointer's draft on the window claim_shards claims: the newest
   of the buffer, since the shift when the action carries its time (topped up to sampleThreshold).
-- CancelTraining: the Job is deleted: it never posts a result.
+- LaunchRecall: an evaluation Job (world.launch_recall) scores the pooled drafts on the window claimed
+  since the shift (topped up to recallSampleThreshold), for the world's recall_s on a training GPU.
+- CancelTraining: the Job (trainer or evaluation) is deleted: it never posts a result.
 - StartCanary: exactly the chosen pods load the candidate; with ``speculate`` (the fleet does not
   speculate) they switch on with its table, else their speculation is the fleet's.
-- Promote: the pointer moves to vN; every ready pod loads it.
+- Promote: the pointer moves to vN (a recalled candidate: to its own version, no copy); every ready pod
+  loads it, and the draft pool's index records it (tide_contracts.draft_pool.served, as production's
+  record_promotion: bounded by maxDrafts, least recently served out). As production's sensors, the
+  pool offered to the lifecycle holds promoted versions only (recalling `initial` is not supported).
 - RollBack: the canary pods load the pointer's draft again.
 - ServeDraft: every pod loads the named version (None: the launch draft).
 - InvalidateArtifacts: a no-op in production (readers ignore other revisions); a no-op here.
@@ -29,16 +34,17 @@ numbers) and the ready pods.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from bench.policy_sim import prometheus as prom
-from bench.policy_sim.world import MAX_BATCH_SIZE, RATE_WINDOW_S, REPLICAS, Deployment, Draft, G, World
+from bench.policy_sim.world import MAX_BATCH_SIZE, RATE_WINDOW_S, REPLICAS, Deployment, Draft, G, RecallJob, World
+from tide_contracts.draft_pool import DEFAULT_MAX_DRAFTS, DraftPool, served
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.status import Phase, TideDeploymentStatus
 from tide_operator.control import actions as act
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
-from tide_operator.control.lifecycle import TrainingObservation, TrainingStatus
+from tide_operator.control.lifecycle import RecallObservation, TrainingObservation, TrainingStatus
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState
 from tide_operator.control.spec_params import policy_params
 from tide_operator.passes.control_loop import SensorReading, control_pass
@@ -66,6 +72,9 @@ class SimEffects:
     dep: Deployment
     now: float = 0.0
     sample_threshold: int = 0  # spec.control.training.sampleThreshold: the claim's minimum after a shift
+    recall_threshold: int = 0  # spec.control.draftPool.recallSampleThreshold: the evaluation's claim
+    max_drafts: int = DEFAULT_MAX_DRAFTS
+    pool: DraftPool = field(default_factory=lambda: DraftPool(target_revision=SPEC["target"]["revision"]))
 
     def set_speculation(self, action: act.SetSpeculation) -> str | None:
         for pod in self.dep.pods:
@@ -77,6 +86,10 @@ class SimEffects:
 
     def launch_training(self, action: act.LaunchTraining) -> None:
         self.world.launch_training(self.dep, action.run_id, self.now, action.captured_since, self.sample_threshold)
+
+    def launch_recall(self, action: act.LaunchRecall) -> None:
+        self.world.launch_recall(self.dep, action.run_id, self.now, action.versions, action.captured_since,
+                                 self.recall_threshold)
 
     def cancel_training(self, action: act.CancelTraining) -> None:
         if self.dep.job is not None and self.dep.job.run_id == action.run_id:
@@ -90,9 +103,13 @@ class SimEffects:
                     pod.enabled, pod.bands = True, action.tokens_per_batch_size
 
     def promote(self, action: act.Promote) -> None:
-        self.dep.promotions += 1
-        promoted = Draft(f"v{self.dep.promotions}", self.dep.versions[action.candidate].live)
-        self.dep.versions[promoted.name] = self.dep.pointer = promoted
+        if action.recalled:
+            promoted = self.dep.pointer = self.dep.versions[action.candidate]
+        else:
+            self.dep.promotions += 1
+            promoted = Draft(f"v{self.dep.promotions}", self.dep.versions[action.candidate].live)
+            self.dep.versions[promoted.name] = self.dep.pointer = promoted
+        self.pool, _ = served(self.pool, promoted.name, self.now, max_drafts=self.max_drafts)
         self._load(promoted, None)
 
     def roll_back(self, action: act.RollBack) -> None:
@@ -132,7 +149,8 @@ class SimEffects:
                 pod.draft = draft
 
 
-def sense(world: World, dep: Deployment, state: PolicyState, t: float) -> SensorReading:
+def sense(world: World, dep: Deployment, state: PolicyState, t: float,
+          pool: DraftPool | None = None) -> SensorReading:
     """read_sensors + _with_fleet, from the world."""
     v = prom.view(world, dep, t)
     lifecycle = state.lifecycle
@@ -151,13 +169,16 @@ def sense(world: World, dep: Deployment, state: PolicyState, t: float) -> Sensor
         buffer_samples=int(dep.samples_since_launch), promoted_version=dep.pointer.name,
         training=_trainer_outcome(dep, state), canary=canary, control=control,
         ready_pods=tuple(p.name for p in dep.pods),
+        pool=tuple(e.version for e in (pool.entries if pool else ()) if e.version != dep.pointer.name),
+        recall=_recall_outcome(dep, state),
     )
     return SensorReading(observation)
 
 
 def _trainer_outcome(dep: Deployment, state: PolicyState) -> TrainingObservation | None:
     lifecycle = state.lifecycle
-    if lifecycle.phase is LifecyclePhase.EVALUATING and lifecycle.candidate is not None:
+    if lifecycle.phase is LifecyclePhase.EVALUATING and lifecycle.candidate is not None and (
+            not lifecycle.candidate_recalled):
         job = dep.finished[lifecycle.candidate]
         return TrainingObservation(job.run_id, TrainingStatus.SUCCEEDED, job.eval_length, job.baseline_length)
     run = lifecycle.active_run
@@ -172,13 +193,28 @@ def _trainer_outcome(dep: Deployment, state: PolicyState) -> TrainingObservation
     return TrainingObservation(run, status, job.eval_length, job.baseline_length)  # exit 7: not better
 
 
+def _recall_outcome(dep: Deployment, state: PolicyState) -> RecallObservation | None:
+    run = state.lifecycle.recall_run
+    if run is None:
+        return None
+    if dep.job is not None and dep.job.run_id == run:
+        return RecallObservation(run, TrainingStatus.RUNNING)
+    job = dep.finished.get(run)
+    if not isinstance(job, RecallJob):
+        return RecallObservation(run, TrainingStatus.MISSING)
+    best = min(job.scores, key=lambda v: (-job.scores[v], v), default=None)  # RecallReport.best's order
+    return RecallObservation(run, TrainingStatus.SUCCEEDED, best, job.scores[best] if best else None,
+                             job.served_length)
+
+
 class OperatorPolicy:
     """Runs control_pass every tick on the world, with the status carried from pass to pass."""
 
     def __init__(self, world: World, params: PolicyParams | None = None) -> None:
         self.world, self.params = world, params or operator_params()
         self.dep = Deployment.launched(world.launch)  # pods launch speculating with the launch table
-        self.effects = SimEffects(world, self.dep, sample_threshold=self.params.training.sample_threshold)
+        self.effects = SimEffects(world, self.dep, sample_threshold=self.params.training.sample_threshold,
+                                  recall_threshold=self.params.recall.sample_threshold)
         now = datetime.fromtimestamp(0, UTC)
         self.draft = StatusDraft(TideDeploymentStatus(phase=Phase.SERVING), generation=1, now=now)
 
@@ -188,7 +224,7 @@ class OperatorPolicy:
         self.effects.now = t
         self.draft.events.clear()
         self.draft.now = datetime.fromtimestamp(t, UTC)
-        control_pass(self.draft, self.params, sense(self.world, self.dep, state, t), self.effects, t)
+        control_pass(self.draft, self.params, sense(self.world, self.dep, state, t, self.effects.pool), self.effects, t)
 
     def before_step(self, i: int) -> None:
         return None

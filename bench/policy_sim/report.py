@@ -18,7 +18,7 @@ from bench.policy_sim.generator import TICK_S, Scenario
 from bench.policy_sim.hindsight import bound_series
 from bench.policy_sim.operator_driver import OperatorPolicy
 from bench.policy_sim.references import NoSpec, Oracle, Static, Tide
-from bench.policy_sim.world import World
+from bench.policy_sim.world import Draft, RecallJob, World
 from tide_operator.control.policy import PolicyParams
 
 POLICIES = ("no-spec", "static", "tide-default", "tide-adaptive", "oracle", "ours")
@@ -105,3 +105,56 @@ def table(rows: list[Row], print_line: Callable[[str], None] = print) -> None:
         v = r.values
         print_line(f"{r.scenario:<22}{r.phase:<15}" + "".join(f"{v[c]:>14.3f}" for c in COLUMNS)
                    + f"{v['ours'] / v['oracle']:>13.3f}{v['ours'] / v['bound']:>12.3f}")
+
+
+# ---- the draft pool (issue 16) ----------------------------------------------------------------------
+POOL_POLICIES = ("tide-adaptive", "ours-pool-off", "ours")
+__all__ = ["Draft", "PoolRow", "RecallJob", "Row", "check", "check_pool", "run_pool_scenario", "run_scenario"]
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    scenario: str
+    throughput: dict[str, float]  # token-weighted over the scenario, per policy
+    gpu_hours: dict[str, float]  # training GPU-hours: trainer and evaluation Jobs
+
+
+def run_pool_scenario(scenario: Scenario, ours: PolicyParams, pool_off: PolicyParams) -> PoolRow:
+    """TIDE-adaptive (retrains on every shift), ours with the pool's recall off, and ours; one world."""
+    world = World(scenario)
+    weights = np.array([world.weight(i) for i in range(len(world.times))])
+    controllers = {"tide-adaptive": Tide(world, adaptive=True), "ours-pool-off": OperatorPolicy(world, pool_off),
+                   "ours": OperatorPolicy(world, ours)}
+    throughput, hours = {}, {}
+    for name, controller in controllers.items():
+        series = np.array(run_policy(world, controller))
+        throughput[name] = float(np.dot(series, weights) / weights.sum())
+        hours[name] = controller.dep.training_gpu_s / 3600  # type: ignore[attr-defined]
+    return PoolRow(scenario.name, throughput, hours)
+
+
+def check_pool(rows: list[PoolRow]) -> list[str]:
+    """Issue 16's targets over the family (fixed before any result): ours' mean throughput at least 5%
+    above TIDE-adaptive's, and TIDE-adaptive's training GPU-hours at least twice ours."""
+    mean = {p: float(np.mean([r.throughput[p] for r in rows])) for p in POOL_POLICIES}
+    hours = {p: sum(r.gpu_hours[p] for r in rows) for p in POOL_POLICIES}
+    missed = []
+    if mean["ours"] < 1.05 * mean["tide-adaptive"]:
+        missed.append(f"ours {mean['ours']:.3f} < 1.05 x TIDE-adaptive {mean['tide-adaptive']:.3f}")
+    if hours["tide-adaptive"] < 2 * hours["ours"]:
+        missed.append(f"training GPU-hours: TIDE-adaptive {hours['tide-adaptive']:.2f} < 2 x ours {hours['ours']:.2f}")
+    return missed
+
+
+def pool_table(rows: list[PoolRow], print_line: Callable[[str], None] = print) -> None:
+    names = ("tide", "pool off", "pool on")
+    print_line(f"{'scenario':<22}" + "".join(f"{n + ' thr':>13}" for n in names)
+               + "".join(f"{n + ' GPU-h':>15}" for n in names) + f"{'on/tide':>9}{'on/off':>8}{'tide/on GPU-h':>15}")
+    total = PoolRow("ALL (mean, sum)", {p: float(np.mean([r.throughput[p] for r in rows])) for p in POOL_POLICIES},
+                    {p: sum(r.gpu_hours[p] for r in rows) for p in POOL_POLICIES})
+    for r in [*rows, total]:
+        t, h = r.throughput, r.gpu_hours
+        print_line(f"{r.scenario:<22}" + "".join(f"{t[p]:>13.3f}" for p in POOL_POLICIES)
+                   + "".join(f"{h[p]:>15.2f}" for p in POOL_POLICIES)
+                   + f"{t['ours'] / t['tide-adaptive']:>9.3f}{t['ours'] / t['ours-pool-off']:>8.3f}"
+                   + f"{h['tide-adaptive'] / max(h['ours'], 1e-9):>15.2f}")

@@ -99,6 +99,16 @@ class Job:
     baseline_length: float  # and of the parent (served) draft on the same requests
 
 
+@dataclass(frozen=True)
+class RecallJob:
+    """A recall evaluation (issue 16): the pooled drafts and the served one scored on the same samples."""
+
+    run_id: str
+    finishes_at: float
+    scores: dict[str, float]  # pooled version -> the evaluation's acceptance length
+    served_length: float
+
+
 @dataclass
 class Deployment:
     """One policy's copy of the deployment."""
@@ -108,11 +118,12 @@ class Deployment:
     capture: bool = False
     buffer: list[Entry] = field(default_factory=list)  # one shard per step captured
     samples_since_launch: float = 0.0
-    job: Job | None = None
-    finished: dict[str, Job] = field(default_factory=dict)  # run id -> its Job, once it ended
+    job: Job | RecallJob | None = None
+    finished: dict[str, Job | RecallJob] = field(default_factory=dict)  # run id -> its Job, once it ended
     versions: dict[str, Draft] = field(default_factory=dict)  # promoted versions and candidates by name
     rows: list[dict[str, np.ndarray]] = field(default_factory=list)  # per-version counter increments per step
     promotions: int = 0
+    training_gpu_s: float = 0.0  # seconds a trainer or evaluation Job held a training GPU
 
     @classmethod
     def launched(cls, launch: Draft, enabled: bool = True) -> Deployment:
@@ -135,6 +146,9 @@ class Noise:
         regress = rng.random(ticks) < scenario.world.regression_probability
         self.regression = np.where(regress, rng.uniform(lo, hi, ticks), 0.0)
         self.engine = rng.normal(0, 0.01, int(scenario.duration_s / STEP_S) + 2)  # in-engine monitor
+        # A recall evaluation's noise per pooled draft (up to 8) and the served one (drawn last: the
+        # streams above keep their values).
+        self.recall = rng.normal(0, scenario.world.eval_noise, (ticks, 9))
 
 
 def _windowed(rng: np.random.Generator, early: np.random.Generator, sd: float, scrapes: int) -> np.ndarray:
@@ -179,6 +193,8 @@ class World:
             dep.buffer.append((t, captured, w))
             dep.samples_since_launch += captured
             _prune(dep.buffer)
+        if dep.job is not None:
+            dep.training_gpu_s += STEP_S
         if dep.job is not None and t + STEP_S >= dep.job.finishes_at:
             dep.finished[dep.job.run_id] = dep.job
             dep.job = None
@@ -206,6 +222,21 @@ class World:
         dep.job = Job(run_id, t + self.params.training_s, Draft(run_id, live), eval_length, baseline)
         dep.versions[run_id] = dep.job.candidate
         dep.samples_since_launch = 0.0
+
+    def launch_recall(self, dep: Deployment, run_id: str, t: float, versions: tuple[str, ...],
+                      captured_since: float | None, min_samples: int) -> None:
+        """Score ``versions`` and the served draft on the window production's claim names (since the
+        shift), with the trainer's estimate: the true acceptance length on that window's domain mix,
+        with the evaluation's noise. No draft changes; only the training GPU's time is spent."""
+        window = claimed(dep.buffer, t, captured_since, min_samples)
+        shares = buffer_shares(window, len(self.scenario.ceilings)) or self.scenario.weights_at(t)
+        noise = self.noise.recall[int(t // TICK_S)]
+
+        def score(draft: Draft, i: int) -> float:
+            return expected_acceptance_length(draft.acceptance(shares), G) * (1 + noise[i])
+
+        scores = {v: score(dep.versions[v], i) for i, v in enumerate(versions[:8])}
+        dep.job = RecallJob(run_id, t + self.params.recall_s, scores, score(dep.pointer, 8))
 
     def trained(self, parent: tuple[float, ...], shares: tuple[float, ...]) -> tuple[float, ...]:
         """Each domain closes gain x share of its gap to the ceiling; the others forget."""

@@ -139,3 +139,41 @@ def test_cancelled_run_never_posts_a_result_and_the_canary_has_a_throughput() ->
     assert seen.control is not None
     assert seen.canary.generation_throughput is not None
     assert seen.control.generation_throughput is not None
+
+
+def _pool_row(name: str, ours: float, tide: float, ours_h: float, tide_h: float) -> report.PoolRow:
+    return report.PoolRow(name, {"tide-adaptive": tide, "ours-pool-off": ours, "ours": ours},
+                          {"tide-adaptive": tide_h, "ours-pool-off": ours_h, "ours": ours_h})
+
+
+@pytest.mark.parametrize(("rows", "misses"), [
+    ([_pool_row("a", 1.30, 1.20, 1.0, 2.5), _pool_row("b", 1.20, 1.16, 1.0, 1.5)], []),
+    ([_pool_row("a", 1.25, 1.20, 1.0, 2.5), _pool_row("b", 1.21, 1.16, 1.0, 1.5)], ["ours 1.230 < 1.05 x"]),
+    ([_pool_row("a", 1.30, 1.20, 1.0, 2.5), _pool_row("b", 1.20, 1.16, 1.5, 1.5)], ["training GPU-hours"]),
+])
+def test_the_pool_check_fails_each_of_issue_16s_targets_on_its_own(rows, misses) -> None:
+    missed = report.check_pool(rows)
+    assert len(missed) == len(misses)
+    assert all(m.startswith(want) for m, want in zip(missed, misses, strict=True))
+
+
+def test_a_recall_scores_pooled_drafts_on_the_shift_and_costs_training_gpu_time() -> None:
+    """The simulated evaluation: a draft trained on the new domain scores above the served one; while it
+    runs it holds a training GPU; it changes no draft."""
+    scenario = generator.generate("recurring_pool", 11)
+    world = World(scenario)
+    policy = OperatorPolicy(world)
+    dep = policy.dep
+    dep.versions["v1"] = report.Draft("v1", (scenario.launch[0], scenario.ceilings[1]))
+    dep.buffer = [(0.0, 400.0, (0.0, 1.0))]  # captured since the shift: domain 1 only
+    world.launch_recall(dep, "r1", 0.0, ("v1",), captured_since=0.0, min_samples=256)
+    job = dep.job
+    assert isinstance(job, report.RecallJob)
+    assert job.scores["v1"] > job.served_length  # the launch draft is poor on domain 1
+    steps = int(scenario.world.recall_s / generator.STEP_S)
+    for i in range(steps):
+        world.step(dep, i)
+    assert dep.job is None
+    assert dep.finished["r1"] is job
+    assert dep.training_gpu_s == pytest.approx(scenario.world.recall_s)
+    assert dep.pointer.name == "initial"
