@@ -142,7 +142,8 @@ class PromotedPointer(_Frozen):
 
 
 class HistoryEntry(_Frozen):
-    action: str = Field(pattern=r"^(promote|rollback|reject)$")
+    # recalled: the pointer flipped back to a pooled vN that won a recall evaluation (issue 16, no copy)
+    action: str = Field(pattern=r"^(promote|rollback|reject|recalled)$")
     at: str
     version: str | None = None  # the version the pointer names afterwards
     previous: str | None = None  # the version it named before
@@ -321,7 +322,7 @@ class DraftRegistry(PoolIndex, CaptureBuffer):
     def previous_version(self) -> str | None:
         """The version the pointer named before its last flip (what a rollback goes back to), if any."""
         pointer, _ = self.promoted()
-        flips = [e for e in self.history() if e.action in ("promote", "rollback")]
+        flips = [e for e in self.history() if e.action in ("promote", "rollback", "recalled")]
         if pointer is None or not flips or flips[-1].version != pointer.version:
             return None  # the pointer moved outside the history: nothing to trust
         return flips[-1].previous

@@ -5,6 +5,8 @@ The pool's logic is pure (tide_contracts.draft_pool); this is its I/O, mixed int
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Collection
 from datetime import datetime
 
@@ -21,6 +23,8 @@ from tide_contracts.draft_pool import (
     served,
 )
 from tide_contracts.registry_store import PointerConflict, RegistryError, RegistryStore, _code
+
+_PROMOTED_VERSION = re.compile(r"v[1-9][0-9]*")
 
 
 class PoolConflict(RegistryError):
@@ -61,6 +65,20 @@ class PoolIndex(RegistryStore):
             if isinstance(e.__cause__, ClientError) and _code(e.__cause__) in ("NoSuchKey", "404"):
                 raise PoolConflict(f"{key} was deleted since it was read; read it again and retry") from e
             raise
+
+    def pooled_manifest_sha256(self, version: str) -> str | None:
+        """sha256 of drafts/<version>/manifest.json as stored (what pods verify a recalled draft's fetch against,
+        as a pointer's manifest_sha256); None when that version has no manifest. ``version`` must be a vN."""
+        if not _PROMOTED_VERSION.fullmatch(version):
+            raise RegistryError(f"{version!r} is not a promoted draft version like v3")
+        key = self.key("drafts", version, "manifest.json")
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except ClientError as e:
+            if _code(e) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise RegistryError(f"reading {key}: {e}") from e
+        return hashlib.sha256(bytes(body)).hexdigest()
 
     def record_served(self, version: str, *, target_revision: str, tokenizer_hash: str | None, now: datetime,
                       signature: DomainSignature | None = None, max_drafts: int = DEFAULT_MAX_DRAFTS,

@@ -136,17 +136,18 @@ def policy_refusal(spec: TideDeploymentSpec, namespace: str, name: str,
 
 
 def child_names(name: str, status: TideDeploymentStatus, uid: str) -> list[tuple[str, str]]:
-    """(kind, name) of every child a reconcile pass writes, and of the next trainer Job.
+    """(kind, name) of every child a reconcile pass writes, and of the next run's Job of either kind.
 
     The control pass creates that Job later (and checks it again); a namesake is found now, before
-    a training run depends on it.
+    a training run, or the draft pool's recall evaluation (issue 16), depends on it.
     """
     stored = status.control_state
     run_counter = PolicyState.from_dict(stored).lifecycle.run_counter if stored else 0
+    next_run = run_id_for(run_counter + 1, uid)
     return [("Secret", names.control_token_secret_name(name)), ("ConfigMap", names.serving_config_name(name)),
             ("Service", names.serving_name(name)), ("Deployment", names.serving_name(name)),
             (DISRUPTION_BUDGET, names.disruption_budget_name(name)),
-            ("Job", names.trainer_job_name(name, run_id_for(run_counter + 1, uid)))]
+            ("Job", names.trainer_job_name(name, next_run)), ("Job", names.evaluation_job_name(name, next_run))]
 
 
 def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Placement, config: OperatorConfig,

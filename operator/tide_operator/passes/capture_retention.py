@@ -2,8 +2,9 @@
 
 ``enforce_retention`` runs from its own Kopf timer (handlers.py, operator config
 ``capturePruneIntervalSeconds``), so captures are pruned while Prometheus is down and while a
-trainer runs. ``claim_shards`` runs just before a trainer Job is created: it writes
-``claims/<run id>.json`` listing the shards that run reads and returns the Job's deadline.
+trainer runs. ``claim_shards`` runs just before a trainer Job is created (``claim_for_evaluation``
+before a recall evaluation Job): it writes ``claims/<run id>.json`` listing the shards that run reads
+and returns the Job's deadline.
 The decisions are pure (control/retention.py); this module only reads and writes.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from tide_contracts.registry import DraftRegistry, PointerConflict, RegistryError
+from tide_contracts.registry import CaptureObject, DraftRegistry, PointerConflict, RegistryError
 from tide_operator.adapters.cluster import Cluster
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.units import duration_seconds
@@ -53,12 +54,13 @@ def parse_claims(bodies: Sequence[dict[str, Any]]) -> list[Claim]:
 
 
 def running_runs(name: str, namespace: str, claims: Sequence[Claim], cluster: Cluster) -> set[str]:
-    """Claimed runs whose trainer Job exists, is ours by name, and has not finished."""
+    """Claimed runs whose trainer Job, or recall evaluation Job, exists, is ours by name, and has not finished."""
     if not claims:
         return set()
     selector = ",".join(f"{k}={v}" for k, v in labels.selector_labels(name, labels.COMPONENT_TRAINER).items())
     active = {j["metadata"]["name"] for j in cluster.jobs(namespace, selector) if _job_running(j)}
-    return {c.run_id for c in claims if names.trainer_job_name(name, c.run_id) in active}
+    return {c.run_id for c in claims if not active.isdisjoint(
+        (names.trainer_job_name(name, c.run_id), names.evaluation_job_name(name, c.run_id)))}
 
 
 def _job_running(job: dict[str, Any]) -> bool:
@@ -112,6 +114,23 @@ def claim_shards(registry: DraftRegistry, spec: TideDeploymentSpec, config: Oper
     timeout = spec.control.training.timeout
     deadline = round(training_timeout_s(duration_seconds(timeout) if timeout else None,
                                         sum(c.samples for c in window), _throughput(registry, config)))
+    return _put_claim(registry, run_id, window, now_s, deadline)
+
+
+def claim_for_evaluation(registry: DraftRegistry, spec: TideDeploymentSpec, config: OperatorConfig, run_id: str,
+                         now_s: float, captured_since: float | None, deadline_s: int) -> int:
+    """The recall evaluation's claim: the shards since the shift, topped up only to recallSampleThreshold (the
+    samples it was launched on; older shards are the traffic before the shift). It expires with the Job's
+    ``deadline_s`` (its activeDeadlineSeconds), so the claim never outlives the Job nor ends before it.
+    Returns the deadline to give the Job (a retried launch: the claim's own)."""
+    params = policy_params(spec, observation_window_s=config.prometheus_window_seconds)
+    window = claim_window(registry.list_captures(), config.trainer.window_shards, params.capture.retention_s, now_s,
+                          since=captured_since, min_samples=params.recall.sample_threshold)
+    return _put_claim(registry, run_id, window, now_s, deadline_s)
+
+
+def _put_claim(registry: DraftRegistry, run_id: str, window: list[CaptureObject], now_s: float,
+               deadline: int) -> int:
     try:
         registry.put_claim(run_id, window, created_at=now_s, expires_at=now_s + deadline)
     except PointerConflict:  # a retried launch: the claim (and its deadline) already stand

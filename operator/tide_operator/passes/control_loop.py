@@ -266,7 +266,7 @@ def _converge_drafts(draft: StatusDraft, effects: Effects, actions: list[act.Act
     if params.draft_pin is not None or any(isinstance(a, _DRAFT_ACTIONS) for a in actions):
         return
     lifecycle = state.lifecycle
-    canary = (CanaryPods(lifecycle.candidate, lifecycle.canary_pods)
+    canary = (CanaryPods(lifecycle.candidate, lifecycle.canary_pods, lifecycle.candidate_recalled)
               if lifecycle.phase is LifecyclePhase.CANARY and lifecycle.candidate else None)
     try:
         swapped = effects.converge_drafts(canary)

@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
 from kubernetes.client.rest import ApiException
 
 from tide_contracts.registry import (
@@ -25,7 +24,6 @@ from tide_contracts.registry import (
     DraftRegistry,
     IncompatibleDraft,
     PromotedPointer,
-    RegistryError,
     UnknownVersion,
 )
 from tide_contracts.serving_control import ServingStatus
@@ -47,6 +45,7 @@ from tide_operator.manifests.serving import (
     launch_bands_of,
 )
 from tide_operator.manifests.trainer import bootstrap_location, build_trainer_job
+from tide_operator.passes import recall_effects
 from tide_operator.passes.capture_retention import claim_shards
 from tide_operator.passes.control_loop import DraftRefused, EffectError
 from tide_operator.passes.draft_pool_index import record_promotion
@@ -63,8 +62,10 @@ from tide_operator.passes.pod_convergence import (
     swap_budget,
 )
 from tide_operator.passes.serving_status import EventNote
+from tide_operator.passes.storage_errors import STORAGE_ERRORS
 
-STORAGE_ERRORS = (RegistryError, ClientError, BotoCoreError, OSError)
+__all__ = ["STORAGE_ERRORS", "ClusterEffects"]
+
 # What pods report for the launch draft ("initial") or a promoted one (a registry version vN).
 _LAUNCH_OR_PROMOTED = re.compile(r"^(initial|v[1-9][0-9]*)$")
 
@@ -175,8 +176,7 @@ class ClusterEffects:
             raise EffectError(f"trainer Job {action.run_id}: {e}", Reason.KUBERNETES_API_ERROR) from e
 
     def launch_recall(self, action: act.LaunchRecall) -> None:
-        # Not reachable yet: the sensors report no pool until the evaluation Job is wired (issue 16).
-        raise EffectError(f"recall evaluation {action.run_id}: not wired yet", Reason.TRAINER_JOB_INVALID)
+        recall_effects.launch_recall(self, action)
 
     def cancel_training(self, action: act.CancelTraining) -> None:
         try:
@@ -186,6 +186,7 @@ class ClusterEffects:
             raise EffectError(f"cancel trainer Job {action.run_id}: {e}", Reason.CHILD_CONFLICT) from e
         except ApiException as e:
             raise EffectError(f"cancel trainer Job {action.run_id}: {e.reason}", Reason.KUBERNETES_API_ERROR) from e
+        recall_effects.cancel_evaluation(self, action.run_id)  # the run may be a recall evaluation instead
 
     def _owner_uid(self) -> str:
         """The UID ``adopt`` writes into the owner references of our children."""
@@ -193,9 +194,13 @@ class ClusterEffects:
 
     def start_canary(self, action: act.StartCanary) -> None:
         """Exactly the pods the lifecycle chose (and recorded); one gone since is skipped."""
-        source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "candidates", action.candidate)
-        # A pod serving a candidate reports its run id as the version (its manifest names none).
-        self.fleet.load_draft(source, None, self._not_yet_serving(action.candidate, self.canary_pods(action.pods)))
+        if action.recalled:  # a pooled drafts/vN pinned by its manifest's sha256, not a run's candidate
+            recall_effects.start_recalled_canary(self, action)
+        else:
+            source = s3_uri(self.name, self.namespace, self.spec.storage.s3, "candidates", action.candidate)
+            # A pod serving a candidate reports its run id as the version (its manifest names none).
+            self.fleet.load_draft(source, None,
+                                  self._not_yet_serving(action.candidate, self.canary_pods(action.pods)))
         if self._bootstrap() is not None and self._current_pointer() is None:
             self._canary_speculates(self.canary_pods(action.pods), full_bands(self.spec.draft.num_speculative_tokens))
         elif action.speculate:  # the fleet does not speculate: the canary pods do, with the candidate's table
@@ -203,6 +208,8 @@ class ClusterEffects:
 
     def promote(self, action: act.Promote) -> EventNote | None:
         """Promote, record in the draft pool, then load every pod; returns what the pool's index said."""
+        if action.recalled:  # the pointer back to a pooled vN: no copy, no new version
+            return recall_effects.promote_recalled(self, action)
         try:
             pointer = self.registry.promote(action.candidate, target_revision=self.spec.target.revision,
                                             tokenizer_hash=None, now=datetime.now(UTC), reason=action.message)
@@ -305,8 +312,13 @@ class ClusterEffects:
             return None
         if canary is None:
             return DesiredDrafts(served)
-        candidate = DraftLoad(canary.candidate, s3_uri(self.name, self.namespace, self.spec.storage.s3, "candidates",
-                                                       canary.candidate))
+        if canary.recalled:  # a pooled vN, pinned as its canary loaded it
+            candidate = DraftLoad(canary.candidate, s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts",
+                                                           canary.candidate), canary.candidate,
+                                  recall_effects.recalled_manifest_sha256(self, canary.candidate))
+        else:
+            candidate = DraftLoad(canary.candidate, s3_uri(self.name, self.namespace, self.spec.storage.s3,
+                                                           "candidates", canary.candidate))
         return DesiredDrafts(served, candidate, frozenset(canary.pods))
 
     def _serve(self, version: str | None, pods: list[Any] | None, manifest_sha256: str | None = None) -> None:

@@ -108,10 +108,12 @@ class DraftLoad:
 
 @dataclass(frozen=True)
 class CanaryPods:
-    """The canary in progress: its candidate (a run id under candidates/) and the pods serving it."""
+    """The canary in progress: its candidate (a run id under candidates/, or a pooled vN under drafts/ when
+    ``recalled``) and the pods serving it."""
 
     candidate: str
     pods: tuple[str, ...]
+    recalled: bool = False
 
 
 @dataclass(frozen=True)

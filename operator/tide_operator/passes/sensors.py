@@ -7,30 +7,42 @@ Composes the policy's Observation. Prometheus or S3 being unreachable is a readi
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from tide_contracts.registry import DraftRegistry
+from pydantic import ValidationError
+
+from tide_contracts.draft_pool import for_target
+from tide_contracts.registry import DraftRegistry, RegistryError
 from tide_operator.adapters.cluster import Cluster
 from tide_operator.adapters.prometheus_adapter import PrometheusAdapter, PrometheusUnavailable
 from tide_operator.adapters.prometheus_adapter_metrics import observation
 from tide_operator.adapters.prometheus_adapter_queries import DeploymentKey
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.conditions import Reason
+from tide_operator.control.lifecycle import (
+    LifecycleState,
+    RecallObservation,
+    TrainingObservation,
+    TrainingStatus,
+    run_id_for,
+    run_number,
+)
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
-from tide_operator.control.lifecycle import TrainingObservation, TrainingStatus, run_id_for
 from tide_operator.control.policy import PolicyState
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.trainer import CONTAINER_NAME as TRAINER_CONTAINER
 from tide_operator.passes.control_loop import SensorReading
-from tide_operator.passes.effects import STORAGE_ERRORS
 from tide_operator.passes.pod_convergence import LAUNCH_DRAFT_VERSION
+from tide_operator.passes.storage_errors import STORAGE_ERRORS
 
 INITIAL_VERSION = LAUNCH_DRAFT_VERSION  # what the serving plugin reports for the draft a pod was launched with
 NOT_BETTER_EXIT_CODE = 7  # trainer contract (docs/contracts/trainer-cli.md): ExitCode.NOT_BETTER
 NO_GPU_EXIT_CODE = 8  # trainer contract: ExitCode.NO_GPU, the Job asked for GPUs and torch saw none
 JOB_NAME_LABEL = "job-name"  # set by the Job controller on the pods it creates
+log = logging.getLogger(__name__)
 
 
 def read_sensors(name: str, namespace: str, spec: TideDeploymentSpec, state: PolicyState,
@@ -45,13 +57,15 @@ def read_sensors(name: str, namespace: str, spec: TideDeploymentSpec, state: Pol
         captures = tuple(registry.list_captures())
         buffer_samples = sum(c.samples for c in captures if c.last_modified > launched_at)
         training = trainer_outcome(name, namespace, state, cluster, registry)
+        pool = pooled_drafts(registry, spec, state, served, buffer_samples)
+        recall = recall_outcome(name, namespace, state, cluster, registry)
     except STORAGE_ERRORS as e:
         return SensorReading(None, f"S3 {spec.storage.s3.bucket}: {e}", error_reason=Reason.STORAGE_UNREACHABLE)
     lifecycle = state.lifecycle
     candidate = lifecycle.candidate if lifecycle.phase is LifecyclePhase.CANARY else None
     seen = observation(metrics, served_version=served, candidate_version=candidate)
-    return SensorReading(replace(seen, promoted_version=served, buffer_samples=buffer_samples, training=training),
-                         captures=captures)
+    return SensorReading(replace(seen, promoted_version=served, buffer_samples=buffer_samples, training=training,
+                                 pool=pool, recall=recall), captures=captures)
 
 
 def served_version(registry: DraftRegistry, spec: TideDeploymentSpec) -> str | None:
@@ -73,12 +87,27 @@ def last_launch_time(name: str, namespace: str, state: PolicyState, cluster: Clu
     if counter < 1:
         return 0.0
     run = state.lifecycle.last_run or run_id_for(counter)  # state from before last_run: the old "r<n>" ids
-    job = next((j for j in cluster.jobs(namespace, f"{labels.TRAINING_RUN_LABEL}={run}")
-                if j["metadata"]["name"] == names.trainer_job_name(name, run)), None)
+    jobs = cluster.jobs(namespace, f"{labels.TRAINING_RUN_LABEL}={run}")
+    job = next((j for j in jobs if j["metadata"]["name"] == names.trainer_job_name(name, run)), None)
+    if job is None and any(j["metadata"]["name"] == names.evaluation_job_name(name, run) for j in jobs):
+        # The latest run was a recall evaluation, which trains on nothing: the buffer still counts from the
+        # training launch before it (the lifecycle's baseline was taken against that one).
+        job = _training_job_before(name, namespace, run, cluster)
     created = (job or {}).get("metadata", {}).get("creationTimestamp")
     if not created:
         return 0.0
     return datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
+
+
+def _training_job_before(name: str, namespace: str, run: str, cluster: Cluster) -> dict[str, Any] | None:
+    """Our newest trainer Job numbered below run ``run`` (None: none left, every sample counts)."""
+    ceiling = run_number(run)
+    selector = f"{labels.DEPLOYMENT_LABEL}={name},{labels.JOB_KIND_LABEL}={labels.JOB_KIND_TRAINING}"
+    numbered = [(number, j) for j in cluster.jobs(namespace, selector)
+                if (own := (j["metadata"].get("labels") or {}).get(labels.TRAINING_RUN_LABEL)) is not None
+                and j["metadata"]["name"] == names.trainer_job_name(name, own)
+                and (number := run_number(own)) is not None and (ceiling is None or number < ceiling)]
+    return max(numbered, key=lambda pair: pair[0])[1] if numbered else None
 
 
 def trainer_outcome(name: str, namespace: str, state: PolicyState, cluster: Cluster,
@@ -86,8 +115,9 @@ def trainer_outcome(name: str, namespace: str, state: PolicyState, cluster: Clus
     lifecycle = state.lifecycle
     if lifecycle.phase is LifecyclePhase.EVALUATING and lifecycle.candidate is not None:
         # The evaluation weighs the candidate against the report's own baseline (the served
-        # draft on the same held-out requests), which only the candidate's manifest carries.
-        return _evaluated(lifecycle.candidate, registry)
+        # draft on the same held-out requests), which only the candidate's manifest carries. A recalled
+        # pooled vN has no candidate manifest: its numbers are the recall report's, kept in the state.
+        return None if lifecycle.candidate_recalled else _evaluated(lifecycle.candidate, registry)
     run = lifecycle.active_run
     if run is None:
         return None
@@ -165,3 +195,73 @@ def _evaluated(run: str, registry: DraftRegistry) -> TrainingObservation:
     return TrainingObservation(run, TrainingStatus.SUCCEEDED,
                                candidate_acceptance_length=decision.get("candidate_acceptance_length"),
                                served_acceptance_length=decision.get("baseline_acceptance_length"))
+
+
+# ---- the draft pool's recall (issue 16) ------------------------------------------------------------
+def pooled_drafts(registry: DraftRegistry, spec: TideDeploymentSpec, state: PolicyState, served: str | None,
+                  buffer_samples: int) -> tuple[str, ...]:
+    """The pool's other drafts of this target, most recently served first; read only when a recall could be
+    due (lifecycle_recall.recall_due but for the pool itself), so pool.json is not read every pass.
+
+    Never ``initial``: recalling the launch draft is not supported yet (a promoted pointer names only a
+    vN, and recall_effects.promote_recalled flips the pointer). Never the served draft either.
+    """
+    if not _recall_may_be_due(spec, state.lifecycle, buffer_samples):
+        return ()
+    current, _ = registry.pool()
+    entries = for_target(current, spec.target.revision, None).entries
+    ordered = sorted(entries, key=lambda e: (-e.last_served_at, e.version))
+    return tuple(e.version for e in ordered if e.version not in (served, INITIAL_VERSION))
+
+
+def _recall_may_be_due(spec: TideDeploymentSpec, lifecycle: LifecycleState, buffer_samples: int) -> bool:
+    """Collecting after a shift the pool was not tried for, with the samples a recall scores on."""
+    pool = spec.control.draft_pool
+    return (pool.recall and spec.control.draft_pin is None and lifecycle.phase is LifecyclePhase.COLLECTING
+            and lifecycle.shift_at is not None and lifecycle.recalled_for_shift != lifecycle.shift_at
+            and lifecycle.retrain_at is None
+            and buffer_samples - lifecycle.buffer_baseline >= pool.recall_sample_threshold)
+
+
+def recall_outcome(name: str, namespace: str, state: PolicyState, cluster: Cluster,
+                   registry: DraftRegistry) -> RecallObservation | None:
+    """While Recalling: the evaluation Job's status as a trainer Job's is read, and once it succeeded its
+    report's best pooled draft against the served one."""
+    lifecycle = state.lifecycle
+    run = lifecycle.recall_run
+    if lifecycle.phase is not LifecyclePhase.RECALLING or run is None:
+        return None
+    job_name = names.evaluation_job_name(name, run)
+    # Another TideDeployment in the namespace may have a run of the same id: match the Job's name.
+    job = next((j for j in cluster.jobs(namespace, f"{labels.TRAINING_RUN_LABEL}={run}")
+                if j["metadata"]["name"] == job_name), None)
+    if job is None:
+        return RecallObservation(run, TrainingStatus.MISSING)
+    status = job.get("status") or {}
+    if _deadline_exceeded(status):
+        return RecallObservation(run, TrainingStatus.DEADLINE_EXCEEDED)
+    if status.get("failed"):
+        return RecallObservation(run, TrainingStatus.FAILED)
+    if not status.get("succeeded"):
+        return RecallObservation(run, TrainingStatus.RUNNING)
+    return _recall_report(run, job_name, registry)
+
+
+def _recall_report(run: str, job_name: str, registry: DraftRegistry) -> RecallObservation:
+    """The report's best pooled vN; a Job that succeeded without a readable report of its run is a failure."""
+    try:
+        report = registry.recall_report(run)
+    except RegistryError as e:
+        if not isinstance(e.__cause__, ValidationError):
+            raise  # S3 unreachable: the pass holds (Degraded) and reads it again
+        log.warning("recall evaluation Job %s succeeded, but its report does not parse: %s", job_name, e)
+        return RecallObservation(run, TrainingStatus.FAILED)
+    if report is None or report.run_id != run:
+        log.warning("recall evaluation Job %s succeeded, but candidates/%s/recall.json %s: counted as failed",
+                    job_name, run, "is missing" if report is None else f"is run {report.run_id}'s")
+        return RecallObservation(run, TrainingStatus.FAILED)
+    scores = [s for s in report.scores if s.version != INITIAL_VERSION]  # never recalled (pooled_drafts)
+    best = min(scores, key=lambda s: (-s.acceptance_length, s.version), default=None)
+    return RecallObservation(run, TrainingStatus.SUCCEEDED, best_version=best.version if best else None,
+                             best_acceptance_length=best.acceptance_length if best else None,
+                             served_acceptance_length=report.served_acceptance_length)

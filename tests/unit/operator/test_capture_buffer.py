@@ -115,6 +115,8 @@ def job(name: str, **status) -> dict:
     ([job("chat-train-r1", conditions=[{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}])], set()),
     ([], set()),  # deleted (cancelled) Job
     ([job("other-train-r1", active=1)], set()),  # another deployment's namesake run
+    ([job("chat-eval-r1", active=1)], {"r1"}),  # the run is a recall evaluation (issue 16): its claim holds too
+    ([job("chat-eval-r1", succeeded=1)], set()),
 ])
 def test_a_claim_holds_only_while_its_job_runs(jobs: list[dict], running: set[str]) -> None:
     claims = parse_claims([claim_body("r1", ["c0"], 1, 600)])

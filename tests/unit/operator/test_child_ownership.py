@@ -59,18 +59,32 @@ def test_foreign_children_are_named_in_degraded_with_a_warning_and_nothing_is_wr
     assert result.applied == ()
 
 
-def test_the_names_checked_are_the_children_and_the_next_trainer_job() -> None:
+def test_the_names_checked_are_the_children_and_the_next_runs_jobs() -> None:
     fresh = TideDeploymentStatus()
     first = names.trainer_job_name("chat", run_id_for(1, UID))
+    evaluation = names.evaluation_job_name("chat", run_id_for(1, UID))
     assert child_names("chat", fresh, UID) == [("Secret", "chat-control"), ("ConfigMap", "chat-serving"),
                                                ("Service", "chat-vllm"), ("Deployment", "chat-vllm"),
-                                               ("PodDisruptionBudget", "chat-vllm"), ("Job", first)]
+                                               ("PodDisruptionBudget", "chat-vllm"), ("Job", first),
+                                               ("Job", evaluation)]
     assert first.startswith("chat-train-")
     assert first.endswith("-r1")
     assert first != "chat-train-r1"
+    assert evaluation.startswith("chat-eval-")
     after_two_runs = fresh.model_copy(update={"control_state": PolicyState(
         lifecycle=LifecycleState(run_counter=2)).to_dict()})
-    assert child_names("chat", after_two_runs, UID)[-1] == ("Job", names.trainer_job_name("chat", run_id_for(3, UID)))
+    assert child_names("chat", after_two_runs, UID)[-2:] == [
+        ("Job", names.trainer_job_name("chat", run_id_for(3, UID))),
+        ("Job", names.evaluation_job_name("chat", run_id_for(3, UID)))]
+
+
+def test_a_namesake_of_the_next_recall_evaluation_job_is_a_conflict() -> None:
+    """The next run may be a recall: its evaluation Job's name is checked before anything depends on it."""
+    job = names.evaluation_job_name("chat", run_id_for(1, UID))
+    taken = {("Job", job): owned_by(None, job)}
+    result = reconcile(BODY, ReadOnlyCluster(taken), LENDS_TIDE, adopt=lambda c: c)  # type: ignore[arg-type]
+    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
+    assert f"Job {job} exists with no owner" in degraded["message"]
 
 
 def test_a_namesake_of_the_next_trainer_job_is_a_conflict() -> None:

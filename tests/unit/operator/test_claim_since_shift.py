@@ -11,7 +11,7 @@ from tide_operator.api import parse_spec
 from tide_operator.config import OperatorConfig
 from tide_operator.control import actions as act
 from tide_operator.passes import effects as effects_module
-from tide_operator.passes.capture_retention import claim_shards
+from tide_operator.passes.capture_retention import claim_for_evaluation, claim_shards
 from tide_operator.passes.effects import ClusterEffects
 
 NOW = 1_000_000.0
@@ -80,3 +80,17 @@ def test_launch_training_claims_since_the_time_the_action_carries(monkeypatch: p
     assert (seen["run_id"], seen["captured_since"]) == ("r2", NOW - 600)
     assert seen["job_kwargs"] == ["deadline_s", "operator_config", "parent_draft", "run_id"]
     assert created == [{"metadata": {"name": "chat-train-r2"}}]
+
+
+def test_a_recall_evaluation_claims_the_shift_topped_up_only_to_its_own_threshold() -> None:
+    """recallSampleThreshold, not sampleThreshold: the evaluation scores the new traffic, not the old; its claim
+    expires with the Job's deadline."""
+    spec = parse_spec({"target": {"model": "m", "revision": "r1"}, "storage": {"s3": {"bucket": "tide-b"}},
+                       "draft": {"initial": "s3://tide-b/launch"},
+                       "control": {"training": {"sampleThreshold": 1000},
+                                   "draftPool": {"recallSampleThreshold": 100}}})
+    registry = FakeRegistry(BUFFER)
+    deadline = claim_for_evaluation(registry, spec, OperatorConfig(), "r3", NOW,  # type: ignore[arg-type]
+                                    captured_since=NOW - 300, deadline_s=3600)
+    assert registry.claims["r3"] == ["new-domain-1", "new-domain-2"]  # 60 since the shift + the newest older
+    assert deadline == 3600
