@@ -126,7 +126,12 @@ def canary_phase(state: LifecycleState, inputs: LifecycleInput, params: Lifecycl
         last_canary_message=f"{candidate} promoted: {counts}",
     )
     step = to_phase(promoted, Phase.PROMOTED, now, "CanarySuccessful", counts, capture=False)
-    return with_action(step, act.Promote(candidate, step.reason, counts, recalled=recalled))
+    evidence = counts
+    if recalled:  # the history's `recalled` entry carries the evaluation it was recalled on
+        evidence = (f"recalled from the draft pool: evaluation acceptance_length="
+                    f"{state.candidate_acceptance_length:.3f} vs served {state.candidate_baseline or 1.0:.3f}; "
+                    f"canary {counts}")
+    return with_action(step, act.Promote(candidate, step.reason, evidence, recalled=recalled))
 
 
 def _measurement(canary: PodGroupMetrics, control: PodGroupMetrics, inputs: LifecycleInput,

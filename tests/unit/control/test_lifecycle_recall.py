@@ -110,6 +110,7 @@ def test_a_winner_is_recalled_canaried_and_promoted_under_its_own_version() -> N
     (promote,) = judged.actions
     assert isinstance(promote, act.Promote)
     assert (promote.candidate, promote.recalled) == ("v1", True)
+    assert "evaluation acceptance_length=2.900 vs served 2.000" in promote.message  # the history's evidence
     assert judged.state.recalled_expected == pytest.approx(2.9)
     serving = step_lifecycle(judged.state, inputs(), RECALL, 1330.0)
     assert (serving.state.phase, serving.reason) == (Phase.SERVING, "RecalledDraftServing")  # no training round
