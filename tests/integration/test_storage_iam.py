@@ -27,7 +27,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -188,9 +187,10 @@ class RotatingSecret:
     def __init__(self, data: dict[str, str]) -> None:
         self.data, self.reads = data, 0
 
-    def read_namespaced_secret(self, name: str, namespace: str) -> Any:
+    def read_namespaced_secret(self, name: str, namespace: str) -> dict[str, Any]:
         self.reads += 1
-        return SimpleNamespace(data={k: base64.b64encode(v.encode()).decode() for k, v in self.data.items()})
+        return {"metadata": {"name": name}, "data": {k: base64.b64encode(v.encode()).decode()
+                                                     for k, v in self.data.items()}}
 
 
 def test_a_key_the_store_refuses_is_read_again_from_its_secret(store: IamStore) -> None:
