@@ -193,12 +193,9 @@ class DraftRegistry(PoolIndex, CaptureBuffer):
         if not _RUN_ID_RE.match(run_id):
             raise RegistryError(f"recall report: run id {run_id!r} does not match {_RUN_ID_RE.pattern}")
         key = self.key("candidates", run_id, RECALL_REPORT_FILE)
-        try:
-            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        except ClientError as e:
-            if _code(e) in ("NoSuchKey", "404", "NotFound"):
-                return None
-            raise RegistryError(f"reading {key}: {e}") from e
+        body = self._get_if_present(key)
+        if body is None:
+            return None
         try:
             return RecallReport.model_validate_json(body)
         except ValidationError as e:

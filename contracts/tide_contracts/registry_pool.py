@@ -72,13 +72,8 @@ class PoolIndex(RegistryStore):
         if not _PROMOTED_VERSION.fullmatch(version):
             raise RegistryError(f"{version!r} is not a promoted draft version like v3")
         key = self.key("drafts", version, "manifest.json")
-        try:
-            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        except ClientError as e:
-            if _code(e) in ("NoSuchKey", "404", "NotFound"):
-                return None
-            raise RegistryError(f"reading {key}: {e}") from e
-        return hashlib.sha256(bytes(body)).hexdigest()
+        body = self._get_if_present(key)
+        return hashlib.sha256(body).hexdigest() if body is not None else None
 
     def record_served(self, version: str, *, target_revision: str, tokenizer_hash: str | None, now: datetime,
                       signature: DomainSignature | None = None, max_drafts: int = DEFAULT_MAX_DRAFTS,

@@ -55,6 +55,15 @@ class RegistryStore:
         except ClientError as e:
             raise RegistryError(f"reading {key}: {e}") from e
 
+    def _get_if_present(self, key: str) -> bytes | None:
+        """The object's bytes, None when it does not exist (other errors raise RegistryError)."""
+        try:
+            return bytes(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        except ClientError as e:
+            if _code(e) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise RegistryError(f"reading {key}: {e}") from e
+
     def _list_objects(self, prefix: str) -> list[Mapping[str, Any]]:
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
         return [obj for page in pages for obj in page.get("Contents", [])]
