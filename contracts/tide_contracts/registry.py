@@ -50,6 +50,7 @@ from tide_contracts.registry_store import PointerConflict, PruneIncomplete, Regi
 CONTRACT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 POINTER_FILE = "promoted.json"
+LAUNCH_DRAFT = "initial"  # the launch draft's version (spec.draft.initial), as pods and the draft pool name it
 CLAIM_FILE = ".claim"  # created with If-None-Match: * to reserve a vN before any file is copied
 _VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
 
@@ -59,6 +60,7 @@ __all__ = [
     "CLAIM_FILE",
     "CLAIM_VERSION",
     "CONTRACT_VERSION",
+    "LAUNCH_DRAFT",
     "MANIFEST_FILE",
     "POINTER_FILE",
     "CaptureLimits",
@@ -131,7 +133,9 @@ class Manifest(_Frozen):
 
 class PromotedPointer(_Frozen):
     contract_version: int = CONTRACT_VERSION
-    version: str = Field(pattern=r"^v[1-9][0-9]*$")
+    # A vN, or the launch draft (LAUNCH_DRAFT) once the pool recalled it or a user flipped back to it:
+    # pods then serve what they launched with (spec.draft.initial), and nothing is fetched or checked.
+    version: str = Field(pattern=r"^(initial|v[1-9][0-9]*)$")
     run_id: str
     target_revision: str
     tokenizer_hash: str | None = None
@@ -288,6 +292,9 @@ class DraftRegistry(PoolIndex, CaptureBuffer):
         pointer, as at promotion, so pods verify what they fetch. Raises UnknownVersion when vN was
         never promoted. Conditional on the pointer read first: a concurrent flip loses, never both.
         """
+        if version == LAUNCH_DRAFT:
+            return self._point_to_launch_draft(target_revision=target_revision, now=now, reason=reason,
+                                               action=action, manual=manual)
         if not _VERSION_RE.match(version):
             raise UnknownVersion(f"{version!r} is not a draft version like v3")
         pointer, etag = self.promoted()
@@ -311,6 +318,21 @@ class DraftRegistry(PoolIndex, CaptureBuffer):
         self._replace_pointer(new, etag)
         self._record(
             HistoryEntry(action=action, at=new.updated_at, version=version, run_id=manifest.run_id,
+                         previous=pointer.version if pointer else None, reason=reason, manual=manual),
+            now,
+        )
+        return new
+
+    def _point_to_launch_draft(self, *, target_revision: str, now: datetime, reason: str, action: str,
+                               manual: bool) -> PromotedPointer:
+        """The pointer back to the launch draft: no drafts/ object exists for it (the spec names it, and
+        the caller checked that it does), so there is no manifest to check or checksum to pin."""
+        pointer, etag = self.promoted()
+        new = PromotedPointer(version=LAUNCH_DRAFT, run_id=LAUNCH_DRAFT, target_revision=target_revision,
+                              updated_at=_iso(now))
+        self._replace_pointer(new, etag)
+        self._record(
+            HistoryEntry(action=action, at=new.updated_at, version=LAUNCH_DRAFT, run_id=LAUNCH_DRAFT,
                          previous=pointer.version if pointer else None, reason=reason, manual=manual),
             now,
         )

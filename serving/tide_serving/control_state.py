@@ -262,7 +262,7 @@ class ControlState:
             promoted = await asyncio.to_thread(promoted_source, self.settings.registry_uri,
                                                self.settings.target_revision)
             if promoted is None:
-                log.info("tide: no promoted draft for target %s; serving the launch draft",
+                log.info("tide: no promoted draft (or the launch draft) for target %s; serving the launch draft",
                          self.settings.target_revision)
                 return
             source, version, manifest_sha256 = promoted

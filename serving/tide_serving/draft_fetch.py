@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tide_contracts.registry import MANIFEST_FILE, DraftRegistry, RegistryError
+from tide_contracts.registry import LAUNCH_DRAFT, MANIFEST_FILE, DraftRegistry, RegistryError
 from tide_contracts.serving_control import ErrorCode
 from tide_serving.draft_source import DraftRefused, parse_manifest
 
@@ -137,14 +137,14 @@ def prune_downloads(downloads: Path, keep: int) -> None:
 
 def promoted_source(registry: str, target_revision: str) -> tuple[str, str, str | None] | None:
     """(draft version URI, version, the manifest's sha256 as the operator wrote it) that
-    `<registry>/promoted.json` names; None when nothing was promoted or the pointer is pinned to
-    another target revision (the contract: "no draft")."""
+    `<registry>/promoted.json` names; None when nothing was promoted, the pointer is pinned to another
+    target revision (the contract: "no draft"), or it names the launch draft the pod already serves."""
     bucket, prefix = split_s3(registry)
     try:
         pointer, _ = DraftRegistry(_s3_client(), bucket, prefix).promoted()
     except (RegistryError, ValueError) as err:
         raise DraftRefused(ErrorCode.SOURCE_UNAVAILABLE, f"{registry}: promoted.json: {err}") from err
-    if pointer is None or pointer.target_revision != target_revision:
+    if pointer is None or pointer.target_revision != target_revision or pointer.version == LAUNCH_DRAFT:
         return None
     base = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
     return f"{base}/drafts/{pointer.version}", pointer.version, pointer.manifest_sha256

@@ -260,9 +260,8 @@ class ClusterEffects:
             if version is None:
                 raise DraftRefused(Reason.UNKNOWN_VERSION,
                                    "the registry's history names no version served before the current one")
-            flipped = pointer if pointer is not None and pointer.version == version else self.registry.point_to(
-                version, target_revision=self.spec.target.revision, now=datetime.now(UTC), reason=action.message,
-                action="rollback" if action.rollback else "promote", manual=True)
+            flipped = pointer if pointer is not None and pointer.version == version else self.point_to(
+                version, action.message, "rollback" if action.rollback else "promote", manual=True)
         except UnknownVersion as e:
             raise DraftRefused(Reason.UNKNOWN_VERSION, str(e)) from e
         except IncompatibleDraft as e:
@@ -303,7 +302,7 @@ class ClusterEffects:
 
     def _desired_drafts(self, canary: CanaryPods | None) -> DesiredDrafts | None:
         pointer = self._current_pointer()
-        if pointer is not None:
+        if pointer is not None and pointer.version != LAUNCH_DRAFT_VERSION:
             served = DraftLoad(pointer.version, s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts",
                                                        pointer.version), pointer.version, pointer.manifest_sha256)
         elif (launch := self._launch_source()) is not None:
@@ -312,7 +311,9 @@ class ClusterEffects:
             return None
         if canary is None:
             return DesiredDrafts(served)
-        if canary.recalled:  # a pooled vN, pinned as its canary loaded it
+        if canary.recalled and canary.candidate == LAUNCH_DRAFT_VERSION:  # the launch draft, as at launch
+            candidate = DraftLoad(LAUNCH_DRAFT_VERSION, self._launch_draft())
+        elif canary.recalled:  # a pooled vN, pinned as its canary loaded it
             candidate = DraftLoad(canary.candidate, s3_uri(self.name, self.namespace, self.spec.storage.s3, "drafts",
                                                            canary.candidate), canary.candidate,
                                   recall_effects.recalled_manifest_sha256(self, canary.candidate))
@@ -322,11 +323,13 @@ class ClusterEffects:
         return DesiredDrafts(served, candidate, frozenset(canary.pods))
 
     def _serve(self, version: str | None, pods: list[Any] | None, manifest_sha256: str | None = None) -> None:
-        if version is None:
+        if version is None or version == LAUNCH_DRAFT_VERSION:
             source = self._launch_source()
             if source is None:
                 self.fleet.set_speculation(False)
                 return
+            if self._bootstrap() is None:  # the launch draft: pods on it already (a canary's) are not swapped
+                pods = self._not_yet_serving(LAUNCH_DRAFT_VERSION, pods)
             self.fleet.load_draft(source, None, pods)
             if self._bootstrap() is not None:  # back to the bootstrap head: back to K=0
                 self.fleet.set_speculation(False, None, pods)
@@ -374,8 +377,25 @@ class ClusterEffects:
                 and not _LAUNCH_OR_PROMOTED.match(status.draft.version)}
 
     def _promoted_pointer(self) -> str | None:
+        """The promoted vN a training run starts from; None for the launch draft (spec.draft.initial is the
+        trainer's default parent) or the bootstrap head."""
         pointer = self._current_pointer()
-        return pointer.version if pointer else None
+        return pointer.version if pointer and pointer.version != LAUNCH_DRAFT_VERSION else None
+
+    def _launch_draft(self) -> str:
+        """spec.draft.initial for a pointer, a canary or a flip that names ``initial``; refused without one."""
+        if not self.spec.draft.initial:
+            raise DraftRefused(Reason.UNKNOWN_VERSION, "'initial' names spec.draft.initial, which this deployment "
+                               "does not set (it launched with the bootstrap head)")
+        return self.spec.draft.initial
+
+    def point_to(self, version: str, reason: str, action: str, manual: bool = False) -> PromotedPointer:
+        """The pointer to an already promoted vN, or back to the launch draft (checked against the spec here:
+        the registry does not know it)."""
+        if version == LAUNCH_DRAFT_VERSION:
+            self._launch_draft()
+        return self.registry.point_to(version, target_revision=self.spec.target.revision, now=datetime.now(UTC),
+                                      reason=reason, action=action, manual=manual)
 
     def _current_pointer(self) -> PromotedPointer | None:
         """The promoted pointer when it is for this target revision (None: serve the launch draft)."""

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tide_contracts.registry import LAUNCH_DRAFT
 from tide_contracts.serving_control import CaptureState, ServingStatus, SpeculationState
 from tide_operator.control.actions import Bands
 
@@ -93,7 +94,8 @@ def _capture_differs(capture: CaptureState, desired: DesiredPods) -> bool:
 # draft it loaded at startup; a canary pod whose container restarted serves the pointer again.
 
 
-LAUNCH_DRAFT_VERSION = "initial"  # what the serving plugin reports for the draft a pod was launched with
+# What the serving plugin reports for the draft a pod was launched with; a pointer may name it too.
+LAUNCH_DRAFT_VERSION = LAUNCH_DRAFT
 
 
 @dataclass(frozen=True)

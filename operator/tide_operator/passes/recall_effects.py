@@ -3,8 +3,9 @@
 Carried out for ClusterEffects (effects.py), whose pointer and pod helpers they share. A recalled draft
 is a pooled ``drafts/vN`` and keeps its version: its canary pods load it pinned by its manifest's sha256,
 and its promotion is a pointer flip (``recalled`` in the history, no copy), recorded in the pool's index
-before every other pod loads it. The launch draft (``initial``) is never recalled: a pointer names only a
-vN, so the sensors do not offer it (sensors.pooled_drafts).
+before every other pod loads it. The launch draft (``initial``) is recalled the same way: its canary pods
+load spec.draft.initial as they did at launch (nothing to pin: it has no manifest), and the pointer then
+names ``initial``, so pods that start later serve what they launched with.
 """
 
 from __future__ import annotations
@@ -89,10 +90,14 @@ def recalled_manifest_sha256(fx: ClusterEffects, version: str) -> str:
 
 
 def start_recalled_canary(fx: ClusterEffects, action: act.StartCanary) -> None:
-    """The canary pods (exactly those chosen) load drafts/<vN>, pinned by its manifest's sha256."""
+    """The canary pods (exactly those chosen) load drafts/<vN>, pinned by its manifest's sha256, or the
+    launch draft from where they launched with it."""
     version = action.candidate
-    sha = recalled_manifest_sha256(fx, version)
     pods = fx._not_yet_serving(version, fx.canary_pods(action.pods))
+    if version == LAUNCH_DRAFT_VERSION:
+        fx.fleet.load_draft(fx._launch_draft(), None, pods)
+        return
+    sha = recalled_manifest_sha256(fx, version)
     fx.fleet.load_draft(s3_uri(fx.name, fx.namespace, fx.spec.storage.s3, "drafts", version), version, pods,
                         manifest_sha256=sha)
 
@@ -103,9 +108,8 @@ def promote_recalled(fx: ClusterEffects, action: act.Promote) -> EventNote | Non
     version = action.candidate
     try:
         pointer = fx._current_pointer()
-        flipped = pointer if pointer is not None and pointer.version == version else fx.registry.point_to(
-            version, target_revision=fx.spec.target.revision, now=datetime.now(UTC),
-            reason=f"recalled from the draft pool: {action.message}", action="recalled")
+        flipped = pointer if pointer is not None and pointer.version == version else fx.point_to(
+            version, f"recalled from the draft pool: {action.message}", "recalled")
     except UnknownVersion as e:
         raise DraftRefused(Reason.UNKNOWN_VERSION, str(e)) from e
     except IncompatibleDraft as e:

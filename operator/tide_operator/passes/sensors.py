@@ -203,15 +203,16 @@ def pooled_drafts(registry: DraftRegistry, spec: TideDeploymentSpec, state: Poli
     """The pool's other drafts of this target, most recently served first; read only when a recall could be
     due (lifecycle_recall.recall_due but for the pool itself), so pool.json is not read every pass.
 
-    Never ``initial``: recalling the launch draft is not supported yet (a promoted pointer names only a
-    vN, and recall_effects.promote_recalled flips the pointer). Never the served draft either.
+    ``initial`` (the launch draft) only while the spec names one: the evaluation Job and the canary load it
+    from there. Never the served draft.
     """
     if not _recall_may_be_due(spec, state.lifecycle, buffer_samples):
         return ()
     current, _ = registry.pool()
     entries = for_target(current, spec.target.revision, None).entries
     ordered = sorted(entries, key=lambda e: (-e.last_served_at, e.version))
-    return tuple(e.version for e in ordered if e.version not in (served, INITIAL_VERSION))
+    launch = () if spec.draft.initial else (INITIAL_VERSION,)
+    return tuple(e.version for e in ordered if e.version not in (served, *launch))
 
 
 def _recall_may_be_due(spec: TideDeploymentSpec, lifecycle: LifecycleState, buffer_samples: int) -> bool:

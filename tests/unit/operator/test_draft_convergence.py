@@ -77,6 +77,9 @@ def test_a_swap_names_the_pod_and_both_versions() -> None:
 # ---- through the effects: the registry's pointer, the pods' control routes -----------------------
 
 
+LAUNCH_SOURCE = "/drafts/launch"  # spec.draft.initial, inside the image
+
+
 class FakePod:
     def __init__(self, version: str | None) -> None:
         self.reported, self.loads = status(version), []
@@ -86,8 +89,10 @@ class FakePod:
 
     def load_draft(self, request: Any) -> None:
         self.loads.append((request.source, request.version, request.manifest_sha256))
-        # As the plugin: the manifest's version, else the source's last path segment (a candidate's run id).
-        self.reported = status(request.version or request.source.rstrip("/").rsplit("/", 1)[-1])
+        # As the plugin: "initial" for its launch draft, else the manifest's version, else the source's last
+        # path segment (a candidate's run id).
+        named = request.version or request.source.rstrip("/").rsplit("/", 1)[-1]
+        self.reported = status("initial" if request.source == LAUNCH_SOURCE else named)
 
 
 class FakeRegistry:
@@ -111,7 +116,7 @@ def effects(pods: dict[str, FakePod], registry: FakeRegistry, ready: set[str] | 
     clients = {f"http://{ips[n]}:8081": pod for n, pod in pods.items()}
     fleet = Fleet([ServingPod(n, ips[n], ready is None or n in ready) for n in sorted(pods)], 8081, "t",
                   client_factory=lambda url, token, timeout_s: clients[url])
-    spec = parse_spec({"target": {"model": "m", "revision": "r1"}, "draft": {"initial": "/drafts/launch"},
+    spec = parse_spec({"target": {"model": "m", "revision": "r1"}, "draft": {"initial": LAUNCH_SOURCE},
                        "storage": {"s3": {"bucket": "tide"}}})
     return ClusterEffects("chat", "team", spec, None, None, None, fleet, registry, None)  # type: ignore[arg-type]
 

@@ -15,10 +15,11 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from test_draft_convergence import FakePod, effects
+from test_draft_convergence import LAUNCH_SOURCE, FakePod, effects
 from test_promotion_records_pool import put_candidate
 
 from tide_contracts.registry import CaptureObject, DraftRegistry, PromotedPointer
+from tide_operator.api import parse_spec
 from tide_operator.api.conditions import Reason
 from tide_operator.config import OperatorConfig
 from tide_operator.control import actions as act
@@ -218,3 +219,67 @@ def test_a_retried_recalled_promotion_only_serves(registry: DraftRegistry) -> No
     effects(pods, registry).promote(action)
     effects(pods, registry).promote(action)
     assert [e.action for e in registry.history()] == ["promote", "promote", "recalled"]
+
+
+# ---- the launch draft (initial) recalled: it has no drafts/ object, the pods load it as they launched -------
+
+def test_a_recalled_launch_draft_canary_loads_the_launch_source_unpinned(registry: DraftRegistry) -> None:
+    pods = {"chat-a": FakePod("v2"), "chat-b": FakePod("v2")}
+    effects(pods, registry).start_canary(act.StartCanary("initial", 1, "DraftRecalled", "m", ("chat-a",),
+                                                         recalled=True))
+    assert pods["chat-a"].loads == [(LAUNCH_SOURCE, None, None)]
+    assert pods["chat-a"].status().draft.version == "initial"
+    assert pods["chat-b"].loads == []
+    # Convergence keeps it there while the canary runs (and leaves the others on the pointer's v2).
+    assert effects(pods, registry).converge_drafts(CanaryPods("initial", ("chat-a",), recalled=True)) == []
+
+
+def test_a_recalled_launch_draft_promotion_points_to_initial_and_serves_it_everywhere(
+        registry: DraftRegistry) -> None:
+    pods = {"chat-a": FakePod("initial"), "chat-b": FakePod("v2")}
+    effects(pods, registry).promote(act.Promote("initial", "CanarySuccessful", "canary 2.80 vs control 1.31",
+                                                recalled=True))
+    pointer, _ = registry.promoted()
+    assert pointer is not None
+    assert (pointer.version, pointer.manifest_sha256, pointer.target_revision) == ("initial", None, "r1")
+    assert registry.list_versions() == ["v1", "v2"]  # nothing copied, no new version
+    last = registry.history()[-1]
+    assert (last.action, last.version, last.previous) == ("recalled", "initial", "v2")
+    pool, _ = registry.pool()
+    assert pool is not None
+    assert [e.version for e in pool.entries] == ["initial"]
+    assert pods["chat-a"].loads == []
+    assert pods["chat-b"].loads == [(LAUNCH_SOURCE, None, None)]
+    # A pod that starts later, or one still on v2, converges to the launch draft, not to drafts/initial.
+    late = {"chat-c": FakePod("v2")}
+    assert effects(late, registry).converge_drafts(None) == ["chat-c: draft v2 -> initial"]
+    assert late["chat-c"].loads == [(LAUNCH_SOURCE, None, None)]
+    # The next promotion records where it came from, so a rollback goes back to the launch draft.
+    put_candidate(registry, "3fa9c2d1-r5")
+    registry.promote("3fa9c2d1-r5", target_revision="r1", tokenizer_hash=None, now=datetime.now(UTC))
+    assert registry.previous_version() == "initial"
+    effects(late, registry).flip_pointer(act.FlipPointer(None, True, "RollbackRequested", "by hand"))
+    assert registry.promoted()[0].version == "initial"  # type: ignore[union-attr]
+
+
+def test_training_after_the_launch_draft_was_recalled_starts_from_the_launch_draft(
+        registry: DraftRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    registry.point_to("initial", target_revision="r1", now=datetime.now(UTC), reason="recalled", action="recalled")
+    parents: list[str | None] = []
+    monkeypatch.setattr("tide_operator.passes.effects.claim_shards", lambda *a, **k: 600)
+    monkeypatch.setattr("tide_operator.passes.effects.build_trainer_job",
+                        lambda *a, parent_draft, **k: parents.append(parent_draft) or {"metadata": {}})
+    fx = effects({}, registry)
+    fx.cluster, fx.adopt = JobCluster(), adopt  # type: ignore[assignment]
+    fx.launch_training(act.LaunchTraining("3fa9c2d1-r6", "ShiftPersists", "m"))
+    assert parents == [None]  # the trainer's default: spec.draft.initial, never drafts/initial
+
+
+def test_initial_is_refused_when_the_spec_names_no_launch_draft(registry: DraftRegistry) -> None:
+    fx = effects({"chat-a": FakePod("v2")}, registry)
+    fx.spec = parse_spec({"target": {"model": "m", "revision": "r1"}, "storage": {"s3": {"bucket": "tide"}}})
+    with pytest.raises(DraftRefused) as refused:
+        fx.flip_pointer(act.FlipPointer("initial", False, "PromoteRequested", "by hand"))
+    assert refused.value.reason == Reason.UNKNOWN_VERSION
+    assert "spec.draft.initial" in str(refused.value)
+    assert registry.promoted()[0].version == "v2"  # type: ignore[union-attr]

@@ -68,14 +68,21 @@ def state(lifecycle: LifecycleState = DUE, **changes: Any) -> PolicyState:
     return PolicyState(lifecycle=replace(lifecycle, **changes))
 
 
-def test_the_pool_is_the_other_drafts_most_recently_served_first_never_initial() -> None:
+def test_the_pool_is_the_other_drafts_most_recently_served_first_the_launch_draft_included() -> None:
     registry = PoolRegistry(POOL)
-    assert pooled_drafts(registry, spec(), state(), "v3", buffer_samples=150) == ("v2", "v1")  # type: ignore[arg-type]
+    assert pooled_drafts(registry, spec(), state(), "v3", buffer_samples=150) == ("v2", "v1", "initial")  # type: ignore[arg-type]
     assert registry.reads == 1
 
 
-def test_the_launch_draft_serving_is_not_offered_either() -> None:
+def test_the_launch_draft_serving_is_not_offered() -> None:
     assert pooled_drafts(PoolRegistry(POOL), spec(), state(), "initial", 150) == ("v3", "v2", "v1")  # type: ignore[arg-type]
+
+
+def test_initial_is_not_offered_once_the_spec_names_no_launch_draft() -> None:
+    """An index written while spec.draft.initial was set: neither the evaluation nor a canary could load it."""
+    bootstrap = parse_spec({"target": {"model": "m", "revision": "r1"}, "storage": {"s3": {"bucket": "tide"}},
+                            "control": {"draftPool": {"recallSampleThreshold": 100}}})
+    assert pooled_drafts(PoolRegistry(POOL), bootstrap, state(), "v3", 150) == ("v2", "v1")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("the_spec", "policy", "buffer"), [
@@ -200,7 +207,7 @@ def test_read_sensors_fills_the_pool_and_the_recall_outcome() -> None:
     evaluation = JobCluster([job(f"chat-eval-{RUN}", RUN, "evaluation", succeeded=1)])
     collecting = read_sensors("chat", "ns", spec(), state(), NoSeries(), registry, evaluation)  # type: ignore[arg-type]
     assert collecting.observation is not None
-    assert (collecting.observation.pool, collecting.observation.recall) == (("v2", "v1"), None)
+    assert (collecting.observation.pool, collecting.observation.recall) == (("v2", "v1", "initial"), None)
     recalling = read_sensors("chat", "ns", spec(), RECALLING, NoSeries(), registry, evaluation)  # type: ignore[arg-type]
     assert recalling.observation is not None
     assert recalling.observation.pool == ()

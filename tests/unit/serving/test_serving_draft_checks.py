@@ -139,6 +139,10 @@ def test_s3_fetch_and_promoted_pointer(tmp_path: Path) -> None:
         assert promoted_source("s3://reg/empty", "rev-1") is None
         source, version, _ = promoted_source("s3://reg/team", "rev-1")
         assert (source, version) == ("s3://reg/team/drafts/v4", "v4")
+        launch = {**pointer, "version": "initial", "run_id": "initial"}  # the pool recalled the launch draft
+        s3.put_object(Bucket="reg", Key="team/promoted.json", Body=json.dumps(launch).encode())
+        assert promoted_source("s3://reg/team", "rev-1") is None  # serve what the pod launched with
+        s3.put_object(Bucket="reg", Key="team/promoted.json", Body=json.dumps(pointer).encode())
         local = fetch_draft(source, tmp_path / "dl")
         assert verify(local).version == "v4"
         with pytest.raises(DraftRefused) as err:
