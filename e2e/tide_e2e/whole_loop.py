@@ -4,10 +4,7 @@ A TideDeployment serves the tiny target (tiny_target.build) with a launch draft 
 (tiny_target.launch_draft) on two vLLM CPU pods of the local plane's fake H100 pool. Traffic is code,
 then shifts to prose; the operator sees acceptance fall, turns capture on, runs the trainer Job on the
 MI250 pool over the hidden states the pods wrote to S3, canaries the candidate on one pod and promotes
-it. Then traffic returns to code: the draft pool's evaluation Job scores the pooled drafts on the new
-samples, and the code draft (the launch draft, ``initial``) is recalled through a canary with no
-training Job (issue 16). Acceptance length is measured from the pods' own vLLM counters, apart from
-what the operator sees.
+it. Acceptance length is measured from the pods' own vLLM counters, apart from what the operator sees.
 
 Used by the e2e test (tests/e2e) and the demo (`python -m tide_e2e.demo --full`); `say` narrates.
 """
@@ -62,8 +59,6 @@ class LoopSettings:
     domain_a_requests: int = 160
     sample_threshold: int = 240  # captured requests after the shift before training
     # Small, quick training runs warm-started from the served draft (2 cores, shared with 2 servers).
-    recall_sample_threshold: int = 64  # captured requests after the return before the pool is scored
-    return_measure_s: float = 60.0  # acceptance on the recalled draft (issue 16: the next 60 s)
     trainer_args: tuple[str, ...] = ("--ttt-steps", "3", "--epochs", "4", "--max-steps", "120", "--lr", "0.002",
                                      "--batch-size", "8", "--eval-fraction", "0.15", "--window-shards", "24",
                                      "--log-every", "20")
@@ -92,12 +87,6 @@ class LoopResult:
     requests_ok: int = 0
     requests_failed: list[str] = field(default_factory=list)
     trainer_jobs: list[str] = field(default_factory=list)
-    evaluation_jobs: list[str] = field(default_factory=list)  # the draft pool's recall evaluations
-    return_at: float | None = None  # when traffic switched back to domain A
-    recalled_at: float | None = None  # when every pod served the recalled draft
-    recalled_pointer: PromotedPointer | None = None
-    trainings_after_return: list[str] = field(default_factory=list)  # training Jobs created after the return
-    history_after_return: list[HistoryEntry] = field(default_factory=list)  # registry history once recalled
     encryption: EncryptionAudit | None = None  # every object of the bucket read back at the end
 
 
@@ -127,7 +116,6 @@ def deployment(settings: LoopSettings, target: Path, revision: str, draft: Path,
                 # Every writer encrypts (issue 13): captures (pods), candidates (trainer), drafts (operator).
                 "capture": {"enabled": True, "samplingPercent": 100, "serverSideEncryption": "AES256"},
                 "training": {"sampleThreshold": settings.sample_threshold, "backoff": "20s"},
-                "draftPool": {"recallSampleThreshold": settings.recall_sample_threshold},
                 # Two servers share two cores with the trainer: per-pod throughput is noise here, so
                 # only acceptance length (hardware-independent, the primary metric) decides.
                 "canary": {"replicas": 1, "analysisWindow": "60s", "minAcceptanceLengthGainPercent": 2,
@@ -232,40 +220,6 @@ class WholeLoop:
         time.sleep(5)
         r.acceptance["after_promotion"] = self.measure(f"{DOMAIN_B}, promoted draft")
         self._phase_walls(shifted)
-        self.return_to_a(traffic)
-
-    def return_to_a(self, traffic: Traffic) -> None:
-        """Traffic comes back to domain A: the pool's draft for it is recalled (evaluation Job, canary,
-        pointer flip), not retrained; acceptance is measured on it for return_measure_s."""
-        r = self.result
-        trained = set(self.training_jobs())
-        self.say(f"Traffic returns to {DOMAIN_A}: the draft pool should recall the {DOMAIN_A} draft, not train")
-        traffic.switch(DOMAIN_A)
-        returned = time.monotonic()
-        r.return_at = returned - self.t0
-        _wait(lambda: self.serving_everywhere("initial"), f"the {DOMAIN_A} draft recalled on every pod",
-              self.s.timeout_s)
-        r.recalled_at = time.monotonic() - self.t0
-        r.phase_s["return_to_recall"] = time.monotonic() - returned
-        r.trainings_after_return = sorted(set(self.training_jobs()) - trained)
-        s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
-        registry = DraftRegistry(s3, self.s.bucket, f"{self.s.namespace}/{self.s.name}")
-        r.recalled_pointer, _ = registry.promoted()
-        r.history_after_return = registry.history()
-        self.say(f"  recalled {r.recalled_pointer.version if r.recalled_pointer else None} on every pod "
-                 f"{r.phase_s['return_to_recall']:.0f}s after the return (training Jobs since: "
-                 f"{r.trainings_after_return or 'none'})")
-        time.sleep(5)
-        r.acceptance["after_return"] = self.measure(f"{DOMAIN_A}, recalled draft",
-                                                    lambda: time.sleep(self.s.return_measure_s))
-
-    def serving_everywhere(self, version: str) -> bool:
-        drafts = self.pod_drafts()
-        return len(drafts) == 2 and set(drafts.values()) == {version}
-
-    def training_jobs(self) -> list[str]:
-        return [j.metadata.name for j in self.batch.list_namespaced_job(self.s.namespace).items
-                if j.metadata.name.startswith(f"{self.s.name}-train-")]
 
     def measure(self, what: str, window: Callable[[], None] | None = None) -> float:
         """Mean acceptance length over the window (default measure_s), from every pod's own vLLM counters."""
@@ -414,9 +368,7 @@ class WholeLoop:
         items.sort(key=lambda e: (e.first_timestamp or e.event_time or e.metadata.creation_timestamp,
                                   e.metadata.creation_timestamp))
         r.events = [(e.reason or "", e.message or "") for e in items]
-        jobs = sorted(j.metadata.name for j in self.batch.list_namespaced_job(self.s.namespace).items)
-        r.trainer_jobs = [j for j in jobs if j.startswith(f"{self.s.name}-train-")]
-        r.evaluation_jobs = [j for j in jobs if j.startswith(f"{self.s.name}-eval-")]
+        r.trainer_jobs = sorted(j.metadata.name for j in self.batch.list_namespaced_job(self.s.namespace).items)
         r.requests_ok, r.requests_failed = traffic.stats.total_ok, list(traffic.stats.failed)
 
 
@@ -436,15 +388,12 @@ def _wait(probe: Callable[[], Any], what: str, timeout_s: float) -> Any:
 def summary_table(result: LoopResult) -> str:
     rows = [("acceptance length, before the shift", result.acceptance.get("before_shift")),
             ("acceptance length, after the shift", result.acceptance.get("after_shift")),
-            ("acceptance length, after promotion", result.acceptance.get("after_promotion")),
-            ("acceptance length, back on domain A", result.acceptance.get("after_return"))]
+            ("acceptance length, after promotion", result.acceptance.get("after_promotion"))]
     lines = [f"{name:40s} {value:8.3f}" for name, value in rows if value is not None]
     lines += [f"{'wall time, ' + k.replace('_', ' '):40s} {v:7.0f}s" for k, v in result.phase_s.items()]
     lines.append(f"{'requests served / failed':40s} {result.requests_ok:8d} / {len(result.requests_failed)}")
     if result.pointer is not None:
         lines.append(f"{'promoted.json':40s} {result.pointer.version} (run {result.pointer.run_id})")
-    if result.recalled_pointer is not None:
-        lines.append(f"{'promoted.json after the return':40s} {result.recalled_pointer.version} (recalled)")
     # What a failed run needs next (the assertions come after this table): why requests failed, every Event.
     reasons = Counter(failure.split(": ", 1)[-1][:160] for failure in result.requests_failed)
     lines += [f"  {count:6d} failed: {reason}" for reason, count in reasons.most_common(5)]
