@@ -83,8 +83,10 @@ def _launch(state: LifecycleState, params: LifecycleParams, now: float, why: str
     since = "" if state.shift_at is None else f" on the captures since the shift {now - state.shift_at:.0f}s ago"
     message = f"{why}: training {run_id}{since}"
     reason = "ShiftPersists" if state.retrain_at is not None else "SampleThresholdReached"
+    # A shift trained for is not recalled for afterwards: the pool had its chance before this run (or had
+    # nothing to offer), and what this run promotes beat what served; the next shift tries the pool again.
     launched = replace(state, run_counter=state.run_counter + 1, active_run=run_id, last_run=run_id,
-                       buffer_baseline=0, retrain_at=None)
+                       buffer_baseline=0, retrain_at=None, recalled_for_shift=state.shift_at)
     # The run has its samples: capture pauses until the verdict (module docstring).
     step = to_phase(launched, Phase.TRAINING, now, reason, message, capture=False)
     return with_action(step, act.LaunchTraining(run_id, step.reason, message, captured_since=state.shift_at))

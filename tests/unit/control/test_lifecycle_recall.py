@@ -60,6 +60,25 @@ def test_no_recall_without_a_shift() -> None:
     assert [type(a) for a in step.actions] == [act.SetCapture, act.LaunchTraining]
 
 
+def test_a_shift_trained_for_is_not_recalled_for_after_the_promotion_the_next_shift_is() -> None:
+    """The first shift had nothing to recall (only the served launch draft): it trained. Collecting after that
+    promotion, the pool holds the launch draft, yet scoring it on the same shift's traffic cannot help (the
+    promoted draft just beat it there): only the next shift tries the pool."""
+    trained = step_lifecycle(_collecting(), inputs(buffer_samples=100, pool=()), RECALL, 1100.0)
+    assert any(isinstance(a, act.LaunchTraining) for a in trained.actions)
+    assert trained.state.recalled_for_shift == SHIFT_AT
+    after = replace(trained.state, phase=Phase.COLLECTING, active_run=None)
+    same_shift = step_lifecycle(after, inputs(buffer_samples=50, pool=("initial",)), RECALL, 2000.0)
+    assert same_shift.state.phase is Phase.COLLECTING
+    assert not any(isinstance(a, act.LaunchRecall) for a in same_shift.actions)
+    shifted = step_lifecycle(same_shift.state, inputs(buffer_samples=50, shift=True, shift_started=True,
+                                                      pool=("initial",)), RECALL, 2100.0)
+    recalled = step_lifecycle(shifted.state, inputs(buffer_samples=70, shift=True, pool=("initial",)), RECALL,
+                              2200.0)
+    assert [type(a) for a in recalled.actions if isinstance(a, act.LaunchRecall)] == [act.LaunchRecall]
+    assert recalled.state.recalled_for_shift == 2100.0
+
+
 def _recalling():
     return state(Phase.RECALLING, shift_at=SHIFT_AT, recall_run="r1", recalled_for_shift=SHIFT_AT, run_counter=1,
                  last_run="r1")
