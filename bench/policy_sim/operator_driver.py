@@ -13,10 +13,14 @@ SimEffects implements control_loop.Effects the way effects.ClusterEffects carrie
 - CancelTraining: the Job (trainer or evaluation) is deleted: it never posts a result.
 - StartCanary: exactly the chosen pods load the candidate; with ``speculate`` (the fleet does not
   speculate) they switch on with its table, else their speculation is the fleet's.
-- Promote: the pointer moves to vN (a recalled candidate: to its own version, no copy); every ready pod
-  loads it, and the draft pool's index records it (tide_contracts.draft_pool.served, as production's
-  record_promotion: bounded by maxDrafts, least recently served out). As production's sensors, the
-  pool offered to the lifecycle holds promoted versions only (recalling `initial` is not supported).
+- Promote: the pointer moves to vN (a recalled candidate: to its own version, no copy; a recalled
+  `initial` back to the launch draft, which the pods load again); every ready pod loads it, and the
+  draft pool's index records it (tide_contracts.draft_pool.served, as production's record_promotion:
+  bounded by maxDrafts, least recently served out).
+- The pool's index is kept as production keeps it: before each pass what serves is recorded once per
+  change (draft_pool_index.note_served), so the launch draft `initial` enters it at the first pass,
+  without a signature; the lifecycle is offered every pooled version but the served one, `initial`
+  included, most recently served first (sensors.pooled_drafts).
 - RollBack: the canary pods load the pointer's draft again.
 - ServeDraft: every pod loads the named version (None: the launch draft).
 - InvalidateArtifacts: a no-op in production (readers ignore other revisions); a no-op here.
@@ -75,6 +79,12 @@ class SimEffects:
     recall_threshold: int = 0  # spec.control.draftPool.recallSampleThreshold: the evaluation's claim
     max_drafts: int = DEFAULT_MAX_DRAFTS
     pool: DraftPool = field(default_factory=lambda: DraftPool(target_revision=SPEC["target"]["revision"]))
+    recorded: str | None = None  # what the pool was last told serves (production's _SERVING memory)
+
+    def note_served(self) -> None:
+        """draft_pool_index.note_served before a pass: what serves enters or touches the pool once per change."""
+        if self.dep.pointer.name != self.recorded:
+            self._record(self.dep.pointer.name)
 
     def set_speculation(self, action: act.SetSpeculation) -> str | None:
         for pod in self.dep.pods:
@@ -109,7 +119,7 @@ class SimEffects:
             self.dep.promotions += 1
             promoted = Draft(f"v{self.dep.promotions}", self.dep.versions[action.candidate].live)
             self.dep.versions[promoted.name] = self.dep.pointer = promoted
-        self.pool, _ = served(self.pool, promoted.name, self.now, max_drafts=self.max_drafts)
+        self._record(promoted.name)  # record_promotion: the next pass's note_served does not record it again
         self._load(promoted, None)
 
     def roll_back(self, action: act.RollBack) -> None:
@@ -143,6 +153,10 @@ class SimEffects:
                 swapped.append(f"{pod.name}: {wanted.name}")
         return swapped
 
+    def _record(self, version: str) -> None:
+        self.pool, _ = served(self.pool, version, self.now, max_drafts=self.max_drafts)
+        self.recorded = version
+
     def _load(self, draft: Draft, pods: set[str] | None) -> None:
         for pod in self.dep.pods:
             if pods is None or pod.name in pods:
@@ -169,10 +183,16 @@ def sense(world: World, dep: Deployment, state: PolicyState, t: float,
         buffer_samples=int(dep.samples_since_launch), promoted_version=dep.pointer.name,
         training=_trainer_outcome(dep, state), canary=canary, control=control,
         ready_pods=tuple(p.name for p in dep.pods),
-        pool=tuple(e.version for e in (pool.entries if pool else ()) if e.version != dep.pointer.name),
+        pool=pooled(pool, dep.pointer.name),
         recall=_recall_outcome(dep, state),
     )
     return SensorReading(observation)
+
+
+def pooled(pool: DraftPool | None, served_version: str) -> tuple[str, ...]:
+    """sensors.pooled_drafts: the pool's other drafts, `initial` included, most recently served first."""
+    entries = sorted(pool.entries if pool else (), key=lambda e: (-e.last_served_at, e.version))
+    return tuple(e.version for e in entries if e.version != served_version)
 
 
 def _trainer_outcome(dep: Deployment, state: PolicyState) -> TrainingObservation | None:
@@ -224,6 +244,7 @@ class OperatorPolicy:
         self.effects.now = t
         self.draft.events.clear()
         self.draft.now = datetime.fromtimestamp(t, UTC)
+        self.effects.note_served()
         control_pass(self.draft, self.params, sense(self.world, self.dep, state, t, self.effects.pool), self.effects, t)
 
     def before_step(self, i: int) -> None:

@@ -177,3 +177,52 @@ def test_a_recall_scores_pooled_drafts_on_the_shift_and_costs_training_gpu_time(
     assert dep.finished["r1"] is job
     assert dep.training_gpu_s == pytest.approx(scenario.world.recall_s)
     assert dep.pointer.name == "initial"
+
+
+# ---- the launch draft in the pool (issue 16) ----------------------------------
+def _promoted(policy: OperatorPolicy, t: float) -> None:
+    """A trained candidate promoted at ``t``: the pointer leaves the launch draft for v1."""
+    from tide_operator.control import actions as act
+
+    scenario = policy.world.scenario
+    policy.dep.versions["r1"] = report.Draft("r1", (scenario.launch[0] - 0.1, scenario.ceilings[1]))
+    policy.effects.now = t
+    policy.effects.promote(act.Promote("r1", "CanaryPassed", ""))
+
+
+def test_the_launch_draft_enters_the_pool_at_the_first_pass_and_is_offered_once_it_does_not_serve() -> None:
+    from tide_operator.control.policy import PolicyState
+
+    world = World(generator.generate("recurring_pool", 11))
+    policy = OperatorPolicy(world)
+    assert policy.effects.pool.entries == ()
+    policy.tick(0.0)
+    assert [(e.version, e.signature, e.last_served_at) for e in policy.effects.pool.entries] == [("initial", None, 0.0)]
+    assert sense(world, policy.dep, PolicyState(), 0.0, policy.effects.pool).observation.pool == ()  # it serves
+    _promoted(policy, 600.0)
+    policy.tick(630.0)  # note_served: v1 was recorded by the promotion, not again
+    assert [(e.version, e.last_served_at) for e in policy.effects.pool.entries] == [("initial", 0.0), ("v1", 600.0)]
+    seen = sense(world, policy.dep, PolicyState(), 630.0, policy.effects.pool).observation
+    assert seen.pool == ("initial",)
+
+
+def test_a_recalled_initial_serves_the_launch_draft_again_and_touches_the_pool() -> None:
+    from tide_operator.control import actions as act
+    from tide_operator.control.policy import PolicyState
+
+    world = World(generator.generate("recurring_pool", 11))
+    policy = OperatorPolicy(world)
+    policy.tick(0.0)
+    _promoted(policy, 600.0)
+    policy.effects.now = 1200.0
+    policy.effects.start_canary(act.StartCanary("initial", 1, "DraftRecalled", "", ("pod-0",), recalled=True))
+    assert [p.draft.name for p in policy.dep.pods] == ["initial", "v1", "v1", "v1"]
+    policy.effects.now = 1500.0
+    policy.effects.promote(act.Promote("initial", "CanaryPassed", "", recalled=True))
+    assert policy.dep.pointer is world.launch
+    assert all(p.draft is world.launch for p in policy.dep.pods)
+    assert policy.dep.promotions == 1  # no new vN: the pointer names the launch draft again
+    assert [(e.version, e.last_served_at) for e in policy.effects.pool.entries] == [("v1", 600.0), ("initial", 1500.0)]
+    seen = sense(world, policy.dep, PolicyState(), 1530.0, policy.effects.pool).observation
+    assert seen.promoted_version == "initial"
+    assert seen.pool == ("v1",)
