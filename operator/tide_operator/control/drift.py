@@ -10,6 +10,10 @@ the fleet's numbers, not as a long half-life of them. Held as a plain EMA's memo
 3% high left the long EMA above the fleet's true level for half an hour, and ordinary noise on the
 short EMA then crossed the threshold: a false shift that cancelled the next training run.
 
+A rise is the mirror signal (rise_detected): short > long * (1 + threshold). Traffic that changes
+towards a domain the served draft knows better (a return home) raises acceptance, and no fall is seen;
+the draft pool may still hold a better draft for it (control/lifecycle_recall.py).
+
 The signal has hysteresis: once up it stays up until short recovers to long * (1 - threshold / 2).
 After a real shift the long EMA slides down to the new level, so the ratio passes the threshold
 slowly; without the band, noise on the short EMA crossed it again and again, and every rising
@@ -95,6 +99,14 @@ def shift_detected(state: DriftState, params: DriftParams, active: bool = False)
         return False
     threshold = params.threshold_percent / 100.0
     return state.short_ema < state.long_ema * (1.0 - (threshold / 2 if active else threshold))
+
+
+def rise_detected(state: DriftState, params: DriftParams, active: bool = False) -> bool:
+    """The rise signal, the shift's mirror: short above long by the threshold (held to half of it)."""
+    if state.short_ema is None or state.long_ema is None:
+        return False
+    threshold = params.threshold_percent / 100.0
+    return state.short_ema > state.long_ema * (1.0 + (threshold / 2 if active else threshold))
 
 
 def _ema(previous: float, value: float, dt: float, half_life: float) -> float:

@@ -24,7 +24,7 @@ from tide_operator.control.lifecycle_canary import (
     roll_back,
     rolled_back,
 )
-from tide_operator.control.lifecycle_recall import recalled_short, recalling, watch_recalled
+from tide_operator.control.lifecycle_recall import recall_on_rise, recalled_short, recalling, watch_recalled
 from tide_operator.control.lifecycle_training import collecting, training
 from tide_operator.control.lifecycle_types import (
     CaptureParams,
@@ -79,6 +79,10 @@ def _step(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams
         return roll_back(state, now, "CanaryAborted", "control.abortCanary is set")
     if inputs.shift_started and state.phase in _STALE_ON_SHIFT:
         return _recollect(state, inputs, now)
+    if inputs.rise_started and state.phase in _STALE_ON_SHIFT and not state.recall_only:
+        # Acceptance rose: the traffic changed as much as on a fall (a return home), so the samples
+        # are as stale; the pool is tried on the new traffic first (lifecycle_recall.py).
+        return _recollect(replace(state, shift_at=now), inputs, now, "AcceptanceRose", "acceptance rose")
     handler = _HANDLERS[state.phase]
     return handler(state, inputs, params, now)
 
@@ -87,9 +91,10 @@ def _step(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams
 _STALE_ON_SHIFT = (Phase.COLLECTING, Phase.RECALLING, Phase.TRAINING, Phase.EVALUATING)
 
 
-def _recollect(state: LifecycleState, inputs: LifecycleInput, now: float) -> Step:
-    message = f"workload shift in {state.phase.value}: older samples and candidates are stale"
-    actions = _cancel_jobs(state, "WorkloadShift", message)
+def _recollect(state: LifecycleState, inputs: LifecycleInput, now: float, reason: str = "WorkloadShift",
+               what: str = "workload shift") -> Step:
+    message = f"{what} in {state.phase.value}: older samples and candidates are stale"
+    actions = _cancel_jobs(state, reason, message)
     fresh = replace(
         state,
         active_run=None,
@@ -98,12 +103,13 @@ def _recollect(state: LifecycleState, inputs: LifecycleInput, now: float) -> Ste
         candidate_acceptance_length=None,
         candidate_recalled=False,
         candidate_baseline=None,
+        recall_only=False,
         buffer_baseline=inputs.buffer_samples,
         rollbacks=0,
         retrain_at=None,
         not_better_runs=0,
     )
-    step = to_phase(fresh, Phase.COLLECTING, now, "WorkloadShift", message, capture=True)
+    step = to_phase(fresh, Phase.COLLECTING, now, reason, message, capture=True)
     return Step((*actions, *step.actions), step.state, step.reason, step.message)
 
 
@@ -128,6 +134,10 @@ def _serving(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePar
             not_better_runs=0,
         )
         return to_phase(state, Phase.COLLECTING, now, "WorkloadShift", "acceptance fell: collecting", capture=True)
+    if inputs.rise_started:
+        rose = recall_on_rise(state, inputs, params, now)
+        if rose is not None:
+            return rose
     state = watch_recalled(state, inputs, params, now)
     short = recalled_short(state, inputs, params, now)
     if short is not None:
@@ -143,7 +153,7 @@ def _pinned(state: LifecycleState, inputs: LifecycleInput, now: float) -> Step:
     cleared = replace(state, active_run=None, recall_run=None, candidate=None, candidate_acceptance_length=None,
                       candidate_recalled=False, candidate_baseline=None, canary=None, canary_pods=(),
                       canary_alone=False, canary_bands=None, retrain_at=None, recalled_expected=None,
-                      recall_shortfall_since=None)
+                      recall_shortfall_since=None, recall_only=False)
     message = f"serving pinned draft {inputs.draft_pin}"
     step = to_phase(cleared, Phase.SERVING, now, "DraftPinned", message, capture=False)
     return Step((*actions, *step.actions), step.state, step.reason, step.message)

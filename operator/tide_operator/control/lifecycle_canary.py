@@ -23,7 +23,7 @@ from tide_operator.control.canary import (
     measure_first_draft,
     record,
 )
-from tide_operator.control.lifecycle_recall import after_recall_promotion
+from tide_operator.control.lifecycle_recall import after_recall_promotion, back_to_serving
 from tide_operator.control.lifecycle_training import judged_not_better
 from tide_operator.control.lifecycle_types import (
     LifecycleInput,
@@ -159,6 +159,10 @@ def promoted(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePar
 
 
 def rolled_back(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
+    if state.recall_only:  # a draft recalled on a rise of acceptance: the served draft does better than before
+        if not inputs.shift:
+            return back_to_serving(state, now, "Serving", "the recalled draft rolled back; acceptance rose, serving on")
+        state = replace(state, recall_only=False)  # acceptance fell since: collect and train as for any shift
     if state.rollbacks < MAX_CONSECUTIVE_ROLLBACKS and params.capture.enabled:
         return to_phase(
             state,

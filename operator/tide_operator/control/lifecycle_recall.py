@@ -12,6 +12,12 @@ serving capacity, a training round tens of minutes and its canary; a hit saves t
 delays nothing (training waits for sampleThreshold samples anyway, and they keep arriving). The pool
 is tried once per shift.
 
+A shift is seen as a fall of acceptance; traffic returning to a domain the served draft knows better
+(home after an excursion) raises it, and the served draft, adapted to the excursion, may have forgotten
+part of home that a pooled draft still knows. So a rise of acceptance tries the pool too (recall_only):
+the same evaluation, but whatever it says nothing is trained, since the served draft already does
+better than before; without a winner the loop goes back to Serving.
+
 A recalled draft is served without a training round after it. If its live acceptance length stays
 short of its evaluation by more than shortfallPercent for two canary analysis windows, it was not
 the domain's draft after all: collection starts and training follows.
@@ -42,6 +48,35 @@ def recall_due(state: LifecycleState, inputs: LifecycleInput, params: LifecycleP
             and state.recalled_for_shift != state.shift_at and fresh >= params.recall.sample_threshold)
 
 
+def recall_on_rise(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams,
+                   now: float) -> Step | None:
+    """Serving, acceptance rose: collect recallSampleThreshold samples of the new traffic for the pool's
+    evaluation (nothing to try, capture or the pool off: None, keep serving)."""
+    if not (params.capture.enabled and params.recall.enabled and inputs.pool):
+        return None
+    rose = replace(state, shift_at=now, recall_only=True, buffer_baseline=inputs.buffer_samples, retrain_at=None,
+                   recalled_expected=None, recall_shortfall_since=None)
+    message = (f"acceptance rose: the traffic changed; collecting {params.recall.sample_threshold} samples to score "
+               f"the draft pool ({', '.join(inputs.pool)}) on it, no training")
+    return to_phase(rose, Phase.COLLECTING, now, "AcceptanceRose", message, capture=True)
+
+
+def collecting_to_recall(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float,
+                         fresh: int) -> Step:
+    """Collecting after a rise (recall_only): the evaluation once its samples are in, never a training run."""
+    if recall_due(state, inputs, params, fresh):
+        return launch_recall(state, inputs, params, now, fresh)
+    if not params.recall.enabled or not inputs.pool or state.recalled_for_shift == state.shift_at:
+        return back_to_serving(state, now, "RecallNothingToTry", "no pooled draft to score: serving")
+    message = f"buffer {fresh}/{params.recall.sample_threshold} samples for the draft pool's evaluation"
+    return stay(state, "CollectingForRecall", message, capture=True)
+
+
+def back_to_serving(state: LifecycleState, now: float, reason: str, message: str) -> Step:
+    """The end of a rise's recall without a promotion: acceptance rose, so there is nothing to train for."""
+    return to_phase(replace(state, recall_only=False), Phase.SERVING, now, reason, message, capture=False)
+
+
 def launch_recall(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float,
                   fresh: int) -> Step:
     run_id = run_id_for(state.run_counter + 1, params.deployment_uid)
@@ -61,12 +96,18 @@ def recalling(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePa
         return stay(state, "RecallEvaluating", f"waiting for evaluation {state.recall_run}", capture=True)
     done = replace(state, recall_run=None)
     if seen.status is not TrainingStatus.SUCCEEDED or seen.served_acceptance_length is None:
+        if state.recall_only:
+            return back_to_serving(done, now, "RecallFailed", f"evaluation {seen.run_id} "
+                                   f"{seen.status.value.lower()}: acceptance rose, serving on")
         message = f"evaluation {seen.run_id} {seen.status.value.lower()}: training on the shift's samples instead"
         return to_phase(done, Phase.COLLECTING, now, "RecallFailed", message, capture=True)
     served, best = seen.served_acceptance_length, seen.best_acceptance_length
     needed = served * (1 + params.canary.min_acceptance_length_gain_percent / 100)
     if seen.best_version is None or best is None or best < needed:
         scored = "no pooled draft scored" if best is None else f"best {seen.best_version} {best:.3f}"
+        if state.recall_only:
+            return back_to_serving(done, now, "RecallNotBetter", f"evaluation {seen.run_id}: {scored} vs served "
+                                   f"{served:.3f} (needs {needed:.3f}): acceptance rose, serving on")
         message = (f"evaluation {seen.run_id}: {scored} vs served {served:.3f} (needs {needed:.3f}): "
                    "training on the shift's samples")
         return to_phase(done, Phase.COLLECTING, now, "RecallNotBetter", message, capture=True)
@@ -78,6 +119,7 @@ def recalling(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePa
 
 def after_recall_promotion(state: LifecycleState, params: LifecycleParams, now: float) -> Step:
     """A recalled draft serves without a training round after it (Promoted -> Serving)."""
+    state = replace(state, recall_only=False)
     message = f"recalled draft serving; training only if live acceptance stays {params.recall.shortfall_percent:g}% " \
               f"below its evaluation {state.recalled_expected:.3f}"
     return to_phase(state, Phase.SERVING, now, "RecalledDraftServing", message, capture=False)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tide_operator.control import actions as act
-from tide_operator.control.lifecycle_recall import launch_recall, recall_due
+from tide_operator.control.lifecycle_recall import collecting_to_recall, launch_recall, recall_due
 from tide_operator.control.lifecycle_types import (
     LifecycleInput,
     LifecycleParams,
@@ -51,6 +51,8 @@ def collecting(state: LifecycleState, inputs: LifecycleInput, params: LifecycleP
         message = "the shift signal cleared after a candidate not better: collection stops until the next shift"
         return to_phase(replace(state, retrain_at=None), Phase.SERVING, now, "ShiftCleared", message, capture=False)
     fresh = max(0, inputs.buffer_samples - state.buffer_baseline)
+    if state.recall_only:  # acceptance rose: the pool is tried, nothing trained
+        return collecting_to_recall(state, inputs, params, now, fresh)
     if not persists and recall_due(state, inputs, params, fresh):  # the pool before a training run
         return launch_recall(state, inputs, params, now, fresh)
     return _train_when_ready(state, params, now, fresh, persists)

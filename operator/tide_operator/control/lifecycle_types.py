@@ -115,6 +115,7 @@ class LifecycleInput:
     draft_pin: str | None = None
     abort_canary: bool = False
     shift_started: bool = False  # the shift signal rose in this pass
+    rise_started: bool = False  # the acceptance rise signal rose in this pass (drift.rise_detected)
     # No draft was ever served (the pods run the bootstrap head at K=0): a canary is judged on its own
     # modelled speedup at batch_size, not against a served draft's acceptance.
     first_draft: bool = False
@@ -173,6 +174,9 @@ class LifecycleState:
     # After a recall's promotion: its evaluated length, and since when live acceptance stays short of it.
     recalled_expected: float | None = None
     recall_shortfall_since: float | None = None
+    # The shift is a rise of acceptance (a return to a domain the served draft knows better): the pool
+    # is tried on it, and nothing is trained whatever the evaluation says (lifecycle_recall.py).
+    recall_only: bool = False
 
 
 @dataclass(frozen=True)

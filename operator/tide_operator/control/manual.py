@@ -105,4 +105,5 @@ def after_flip(state: PolicyState, params: PolicyParams, now: float) -> PolicySt
     still holds the old one's numbers; the probe tracks the new draft from scratch.
     """
     return replace(state, drift=DriftState(hold_until=now + params.observation_window_s), shift_active=False,
-                   probe=ProbeState(best_acceptance=state.acceptance_estimate), table_acceptance=None)
+                   rise_active=False, probe=ProbeState(best_acceptance=state.acceptance_estimate),
+                   table_acceptance=None)

@@ -24,7 +24,7 @@ from tide_operator.control.cost_model import (
     tokens_for_batch_size,
     tokens_per_batch_size_table,
 )
-from tide_operator.control.drift import DriftState, shift_detected, update_drift
+from tide_operator.control.drift import DriftState, rise_detected, shift_detected, update_drift
 from tide_operator.control.lifecycle import (
     LifecycleInput,
     LifecycleParams,
@@ -57,7 +57,9 @@ def decide(
     drift = update_drift(state.drift, observed_a, observation.acceptance_samples, now, params.drift)
     estimate = observed_a if observed_a is not None else state.acceptance_estimate
     shift = shift_detected(drift, params.drift, active=state.shift_active)
-    lifecycle_input = _lifecycle_input(observation, state, estimate, params, shift, shift and not state.shift_active)
+    rise = rise_detected(drift, params.drift, active=state.rise_active)
+    lifecycle_input = _lifecycle_input(observation, state, estimate, params, shift, shift and not state.shift_active,
+                                       rise and not state.rise_active)
     step = step_lifecycle(state.lifecycle, lifecycle_input, _lc(params), now)
     actions: list[act.Action] = list(step.actions)
     if params.draft_pin is not None and observation.promoted_version != params.draft_pin:
@@ -69,6 +71,7 @@ def decide(
         state,
         drift=drift,
         shift_active=shift_detected(drift, params.drift, active=state.shift_active),
+        rise_active=rise_detected(drift, params.drift, active=state.rise_active),
         lifecycle=step.state,
         acceptance_estimate=estimate,
         lifecycle_reason=step.reason,
@@ -216,6 +219,7 @@ def _observed_acceptance(observation: Observation, state: PolicyState, params: P
 def _lifecycle_input(
     observation: Observation, state: PolicyState, estimate: float | None, params: PolicyParams, shift: bool,
     shift_started: bool,
+    rise_started: bool = False,
 ) -> LifecycleInput:
     served_length: float | None = 1.0  # no draft: decoding yields one token per step
     if observation.promoted_version is not None:
@@ -225,6 +229,7 @@ def _lifecycle_input(
     return LifecycleInput(
         shift=shift,
         shift_started=shift_started,
+        rise_started=rise_started,
         buffer_samples=observation.buffer_samples,
         served_acceptance_length=served_length,
         target_revision=params.target_revision,

@@ -92,6 +92,7 @@ class PolicyState:
     table: Table | None = None  # the applied tokens-per-batch-size table
     table_acceptance: float | None = None  # the a the table was computed for
     shift_active: bool = False  # the drift detector's signal at the last pass (to see it rise)
+    rise_active: bool = False  # its rise signal at the last pass (acceptance rose: the traffic changed)
     probe: ProbeState = field(default_factory=ProbeState)
     speculation_reason: str = ""
     speculation_message: str = ""

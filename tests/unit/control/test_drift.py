@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from tide_operator.control.drift import DriftParams, DriftState, shift_detected, update_drift
+from tide_operator.control.drift import DriftParams, DriftState, rise_detected, shift_detected, update_drift
 
 PARAMS = DriftParams(short_half_life_s=120, long_half_life_s=1800, threshold_percent=5, min_samples=200)
 
@@ -144,3 +144,30 @@ def test_a_large_drop_right_after_a_seed_is_still_a_shift() -> None:
         state = update_drift(state, 0.15, 5000, 30.0 * i, params)
         seen.append(shift_detected(state, params))
     assert any(seen[:12])  # within six minutes
+
+
+def test_a_rise_is_the_mirror_of_a_shift_with_the_same_band() -> None:
+    # long = 0.60, threshold 5%: the rise signal is up above 0.63 and, once up, falls only below 0.615.
+    at = {short: DriftState(short_ema=short, long_ema=0.60, updated_at=0) for short in (0.64, 0.62, 0.61)}
+    assert rise_detected(at[0.64], PARAMS)
+    assert not rise_detected(at[0.62], PARAMS)
+    assert rise_detected(at[0.62], PARAMS, active=True)
+    assert not rise_detected(at[0.61], PARAMS, active=True)
+    assert not shift_detected(at[0.64], PARAMS)  # a rise is never a shift
+
+
+def test_a_return_home_gives_one_rise_edge_and_noise_none() -> None:
+    """The recurring workload's return: acceptance goes up from 0.48 to 0.59, no fall is seen."""
+    rng = random.Random(3)
+    state = DriftState()
+    for tick in range(600):  # noise alone, five hours: no rise
+        state = update_drift(state, 0.48 * (1 + rng.gauss(0, 0.03)), 100, tick * 30.0, PARAMS)
+        assert not rise_detected(state, PARAMS)
+    active, edges = False, 0
+    for tick in range(240):
+        state = update_drift(state, 0.59 * (1 + rng.gauss(0, 0.03)), 100, 600 * 30.0 + tick * 30.0, PARAMS)
+        now = rise_detected(state, PARAMS, active=active)
+        edges += now and not active
+        active = now
+        assert not shift_detected(state, PARAMS)
+    assert edges == 1

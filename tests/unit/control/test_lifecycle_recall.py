@@ -182,3 +182,98 @@ def test_the_recall_state_survives_a_restart() -> None:
     recalled = replace(_recalling(), candidate_recalled=True, candidate_baseline=2.0, recalled_expected=2.9,
                        recall_shortfall_since=5.0)
     assert lifecycle_from_dict(lifecycle_to_dict(recalled)) == recalled
+
+
+# A return to a domain the served draft knows better raises acceptance: the pool is tried, nothing trained.
+ROSE = inputs(rise_started=True, pool=("initial",), buffer_samples=40)
+
+
+def _rose():
+    served = state(Phase.SERVING, capture_enabled=False, shift_at=SHIFT_AT, recalled_for_shift=SHIFT_AT)
+    return step_lifecycle(served, ROSE, RECALL, 2000.0)
+
+
+def test_a_rise_of_acceptance_collects_for_the_pool_and_never_trains() -> None:
+    step = _rose()
+    assert (step.state.phase, step.reason, step.state.recall_only) == (Phase.COLLECTING, "AcceptanceRose", True)
+    assert (step.state.shift_at, step.state.buffer_baseline) == (2000.0, 40)
+    assert [type(a) for a in step.actions] == [act.SetCapture]
+    waiting = step_lifecycle(step.state, inputs(pool=("initial",), buffer_samples=59), RECALL, 2030.0)
+    assert (waiting.state.phase, waiting.reason, waiting.actions) == (Phase.COLLECTING, "CollectingForRecall", ())
+    due = step_lifecycle(waiting.state, inputs(pool=("initial",), buffer_samples=60), RECALL, 2060.0)
+    (launch,) = due.actions
+    assert isinstance(launch, act.LaunchRecall)
+    assert (launch.versions, launch.captured_since) == (("initial",), 2000.0)
+    # Thousands of samples later (the evaluation slow), still no training Job.
+    slow = step_lifecycle(due.state, inputs(pool=("initial",), buffer_samples=9000), RECALL, 2400.0)
+    assert slow.state.phase is Phase.RECALLING
+    assert not any(isinstance(a, act.LaunchTraining) for a in slow.actions)
+
+
+@pytest.mark.parametrize("served", [None, replace(PARAMS.capture, enabled=False)])
+def test_a_rise_without_a_pool_or_capture_keeps_serving(served) -> None:
+    params = RECALL if served is None else replace(RECALL, capture=served)
+    pool = () if served is None else ("initial",)
+    step = step_lifecycle(state(Phase.SERVING), inputs(rise_started=True, pool=pool), params, 2000.0)
+    assert (step.state.phase, step.reason, step.state.recall_only) == (Phase.SERVING, "Serving", False)
+
+
+@pytest.mark.parametrize(("seen", "reason"), [
+    (_outcome(2.03), "RecallNotBetter"),
+    (_outcome(None, status=TrainingStatus.FAILED), "RecallFailed"),
+])
+def test_a_rise_whose_pool_does_not_win_goes_back_to_serving(seen, reason) -> None:
+    recalling = replace(_recalling(), recall_only=True, capture_enabled=True)
+    step = step_lifecycle(recalling, inputs(recall=seen, pool=("v1",), buffer_samples=500), RECALL, 1200.0)
+    assert (step.state.phase, step.reason, step.state.recall_only) == (Phase.SERVING, reason, False)
+    assert [type(a) for a in step.actions] == [act.SetCapture]  # capture off: nothing to train for
+    later = step_lifecycle(step.state, inputs(pool=("v1",), buffer_samples=5000), RECALL, 1300.0)
+    assert later.state.phase is Phase.SERVING
+
+
+def test_a_rise_whose_pool_wins_is_canaried_and_serves_without_training() -> None:
+    recalling = replace(_recalling(), recall_only=True, capture_enabled=True)
+    step = step_lifecycle(recalling, inputs(recall=_outcome(2.9), pool=("v1",)), RECALL, 1200.0)
+    assert (step.state.phase, step.state.candidate, step.state.recall_only) == (Phase.EVALUATING, "v1", True)
+    promoted = replace(step.state, phase=Phase.PROMOTED, candidate=None, recalled_expected=2.9)
+    serving = step_lifecycle(promoted, inputs(), RECALL, 1800.0)
+    assert (serving.state.phase, serving.reason, serving.state.recall_only) == (
+        Phase.SERVING, "RecalledDraftServing", False)
+
+
+def test_a_rise_whose_recalled_canary_rolls_back_serves_on_unless_acceptance_fell_since() -> None:
+    canary = state(Phase.CANARY, candidate="v1", candidate_acceptance_length=2.9, candidate_recalled=True,
+                   candidate_baseline=2.0, canary=CanaryAnalysis(started_at=0.0), canary_pods=("p0",),
+                   capture_enabled=False, recall_only=True)
+    back = step_lifecycle(canary, inputs(abort_canary=True), RECALL, 100.0)
+    assert back.state.phase is Phase.ROLLED_BACK
+    serving = step_lifecycle(back.state, inputs(), RECALL, 130.0)
+    assert (serving.state.phase, serving.state.recall_only) == (Phase.SERVING, False)
+    fell = step_lifecycle(back.state, inputs(shift=True), RECALL, 130.0)
+    assert (fell.state.phase, fell.state.recall_only) == (Phase.COLLECTING, False)
+
+
+def test_a_fall_while_collecting_after_a_rise_trains_as_for_any_shift() -> None:
+    step = step_lifecycle(_rose().state, inputs(shift=True, shift_started=True, buffer_samples=50), RECALL, 2100.0)
+    assert (step.state.phase, step.state.recall_only, step.state.shift_at) == (Phase.COLLECTING, False, 2100.0)
+    train = step_lifecycle(step.state, inputs(shift=True, buffer_samples=50 + 2048, pool=()), RECALL, 2200.0)
+    assert any(isinstance(a, act.LaunchTraining) for a in train.actions)
+
+
+def test_a_rise_survives_a_restart() -> None:
+    rose = _rose().state
+    assert lifecycle_from_dict(lifecycle_to_dict(rose)) == rose
+
+
+@pytest.mark.parametrize("phase", [Phase.COLLECTING, Phase.TRAINING])
+def test_a_rise_while_collecting_or_training_makes_the_samples_stale_and_tries_the_pool_first(phase) -> None:
+    """Traffic returned home while the loop was collecting (or training) on the excursion's samples."""
+    busy = state(phase, shift_at=SHIFT_AT, recalled_for_shift=SHIFT_AT, active_run="r3" if phase is Phase.TRAINING
+                 else None, run_counter=3)
+    step = step_lifecycle(busy, inputs(rise_started=True, pool=("initial",), buffer_samples=500), RECALL, 2000.0)
+    assert (step.state.phase, step.reason, step.state.shift_at) == (Phase.COLLECTING, "AcceptanceRose", 2000.0)
+    assert step.state.recall_only is False  # the round was going to train anyway: it does, if the pool loses
+    assert [a.run_id for a in step.actions if isinstance(a, act.CancelTraining)] == (
+        ["r3"] if phase is Phase.TRAINING else [])
+    due = step_lifecycle(step.state, inputs(pool=("initial",), buffer_samples=520), RECALL, 2030.0)
+    assert any(isinstance(a, act.LaunchRecall) for a in due.actions)

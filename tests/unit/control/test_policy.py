@@ -10,7 +10,7 @@ import pytest
 from tide_operator.control import actions as act
 from tide_operator.control.canary import PodGroupMetrics
 from tide_operator.control.cost_model import tokens_for_batch_size
-from tide_operator.control.lifecycle import Phase, TrainingObservation, TrainingStatus
+from tide_operator.control.lifecycle import LifecycleState, Phase, TrainingObservation, TrainingStatus
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState, decide
 from tide_operator.control.speculation import SpeculationMode
 
@@ -189,3 +189,20 @@ def test_draft_pin_serves_the_pinned_version_until_it_is_served() -> None:
     pins = [(t, a) for t, a in log if isinstance(a, act.ServeDraft)]
     assert pins == [(0.0, act.ServeDraft("v2", "DraftPinned", "spec.draftPin=v2, serving v3"))]
     assert not any(isinstance(a, (act.LaunchTraining, act.StartCanary)) for _, a in log)
+
+
+def test_a_return_home_that_raises_acceptance_tries_the_pool_and_trains_nothing() -> None:
+    """Serving a draft adapted to an excursion; traffic returns home, where it accepts more than on the
+    excursion but less than the launch draft would: no fall, yet the pool is scored on the new traffic."""
+    serving = PolicyState(lifecycle=LifecycleState(phase=Phase.SERVING, target_revision="rev-1", phase_since=0.0))
+    away = [observe(0.48, 16, buffer_samples=0, pool=("initial",)) for _ in range(60)]
+    home = [observe(0.59, 16, buffer_samples=40 * i, pool=("initial",)) for i in range(30)]
+    log, state = drive(away + home, serving)
+    kinds = [type(a).__name__ for _, a in log]
+    assert "LaunchRecall" in kinds
+    assert "LaunchTraining" not in kinds
+    recall = next(a for _, a in log if isinstance(a, act.LaunchRecall))
+    assert recall.versions == ("initial",)
+    assert recall.captured_since is not None and recall.captured_since >= 60 * 30.0  # the return's samples only
+    assert state.rise_active and not state.shift_active
+    assert state.lifecycle.phase is Phase.RECALLING and state.lifecycle.recall_only
