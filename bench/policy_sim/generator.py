@@ -54,7 +54,7 @@ class WorldParams:
     # a few thousand tokens each (the trainer's bound, 32k tokens) on one training GPU.
     recall_s: float = 180.0
     training_gain: float = 0.6  # a round closes this share of the gap to the ceiling, per buffer share
-    forgetting: float = 0.2  # a round loses this share of what other domains gained over the launch draft
+    forgetting: float = 0.2  # a round loses this share of what other domains gained over an untrained draft
     regression_probability: float = 0.25  # a candidate is worse live than in its evaluation
     regression: tuple[float, float] = (0.04, 0.12)  # by how much (per-token acceptance on its domains)
     eval_noise: float = 0.02  # relative sd of the trainer's held-out acceptance length
@@ -73,6 +73,13 @@ class Scenario:
     ceilings: tuple[float, ...]  # the acceptance a draft trained on a domain reaches, per domain
     launch: tuple[float, ...]  # the launch draft's true acceptance per domain
     world: WorldParams
+    # Per domain, the acceptance a draft that forgot the domain falls to (world.trained): an untrained
+    # draft's. The launch draft's level on the domains it never learnt; below it on its home domain.
+    # Empty (older callers): the launch level everywhere.
+    untrained: tuple[float, ...] = ()
+
+    def forgotten_level(self, domain: int) -> float:
+        return self.untrained[domain] if self.untrained else self.launch[domain]
 
     @property
     def duration_s(self) -> float:
@@ -190,7 +197,19 @@ def generate(family: str, seed: int, world: WorldParams | None = None) -> Scenar
     params = world or WorldParams(training_s=round(float(rng.uniform(480, 900)) / STEP_S) * STEP_S,
                                   regression_probability=float(rng.uniform(0.1, 0.35)),
                                   forgetting=float(rng.uniform(0.1, 0.35)))
-    return Scenario(f"{family}-{seed}", family, seed, tuple(tl.segments), ceilings, launch, params)
+    untrained = _untrained(rng, launch, bad_launch=family == "bad_launch")  # drawn last: the rest is unchanged
+    return Scenario(f"{family}-{seed}", family, seed, tuple(tl.segments), ceilings, launch, params, untrained)
+
+
+def _untrained(rng: np.random.Generator, launch: tuple[float, ...], bad_launch: bool) -> tuple[float, ...]:
+    """How far a draft adapted away forgets each domain. The launch draft learnt its home domain
+    (domain 0): adapting elsewhere can lose that too, 0.13-0.31 per token below the launch draft
+    (bench/trainer_shift.py: a code draft adapted to prose lost 0.115 acceptance length on code in one
+    round; the world's forgetting share of 0.1-0.35 per round reaches that on these gaps). A bad launch
+    draft learnt nothing, and no draft learnt the other domains before serving them."""
+    drop = float(rng.uniform(0.13, 0.31))
+    home = 0.0 if bad_launch else drop
+    return tuple(max(0.05, a - (home if d == 0 else 0.0)) for d, a in enumerate(launch))
 
 
 def scenario_set(seeds: str, families: tuple[str, ...] = FAMILIES) -> list[Scenario]:
@@ -206,4 +225,4 @@ def random_scenario(seed: int, max_minutes: float = 40.0) -> Scenario:
     cut = max_minutes * 60
     kept = tuple(s if s.end_s <= cut else Segment(s.name, s.start_s, cut, s.domain, s.batch, s.previous, s.blend_s)
                  for s in full.segments if s.start_s < cut)
-    return Scenario(f"{full.name}-cut", family, seed, kept, full.ceilings, full.launch, full.world)
+    return Scenario(f"{full.name}-cut", family, seed, kept, full.ceilings, full.launch, full.world, full.untrained)

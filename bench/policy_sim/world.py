@@ -4,8 +4,9 @@ What it can punish, and why the numbers:
 - Regression: a trained candidate's live acceptance can be below its evaluation (with the scenario's
   probability, by 0.04-0.12 per token on the domains it trained on): the held-out split is drawn from
   the buffer, live traffic is not.
-- Forgetting: a round loses a share (0.1-0.35) of what the untrained domains had gained over the launch
-  draft (TIDE §VI leaves catastrophic forgetting under recurring workloads unevaluated).
+- Forgetting: a round loses a share (0.1-0.35) of what the untrained domains had gained over an untrained
+  draft, the launch draft's home domain included (generator._untrained; TIDE §VI leaves catastrophic
+  forgetting under recurring workloads unevaluated).
 - Capture costs 2% of serving throughput while on: TIDE copies accepted tokens' hidden states device to
   host and flushes them (about 100 MiB/s per instance for gpt-oss-120b, tide-paper.md §4) and claims
   "no overhead" without measuring it; 2% is a pessimistic stand-in until bench/serving_capture.py's
@@ -243,7 +244,7 @@ class World:
         out = []
         for d, (p, s) in enumerate(zip(parent, shares, strict=True)):
             gained = p + self.params.training_gain * s * (self.scenario.ceilings[d] - p)
-            forgotten = self.params.forgetting * (1 - s) * max(0.0, p - self.scenario.launch[d])
+            forgotten = self.params.forgetting * (1 - s) * max(0.0, p - self.scenario.forgotten_level(d))
             out.append(min(gained - forgotten, self.scenario.ceilings[d]))
         return tuple(out)
 

@@ -113,6 +113,26 @@ def test_the_world_punishes_regression_forgetting_and_capture() -> None:
     assert world.step(on.dep, 0) == pytest.approx(world.step(off.dep, 0) * (1 - scenario.world.capture_cost))
 
 
+@pytest.mark.parametrize("seed", [11, 12, 1001])
+def test_adapting_away_forgets_the_home_domain_below_the_launch_draft_but_no_other(seed: int) -> None:
+    """bench/trainer_shift.py: a code draft adapted to prose lost acceptance on code. The launch draft
+    learnt its home domain (0), so a draft adapted elsewhere can fall below it there; on a domain the
+    launch draft never learnt it never falls below the launch level; a bad launch draft learnt nothing."""
+    scenario = generator.generate("recurring", seed)
+    drop = scenario.launch[0] - scenario.untrained[0]
+    assert 0.13 <= drop <= 0.31
+    assert scenario.untrained[1] == scenario.launch[1]
+    world, draft = World(scenario), scenario.launch
+    for _ in range(20):
+        draft = world.trained(draft, (0.0, 1.0))
+    assert scenario.untrained[0] <= draft[0] < scenario.launch[0] - drop / 2
+    for _ in range(20):
+        draft = world.trained(draft, (1.0, 0.0))
+    assert draft[1] >= scenario.launch[1]
+    bad = generator.generate("bad_launch", seed)
+    assert bad.untrained == bad.launch
+
+
 def test_cancelled_run_never_posts_a_result_and_the_canary_has_a_throughput() -> None:
     from tide_operator.control import actions as act
 
