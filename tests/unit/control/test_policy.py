@@ -203,6 +203,9 @@ def test_a_return_home_that_raises_acceptance_tries_the_pool_and_trains_nothing(
     assert "LaunchTraining" not in kinds
     recall = next(a for _, a in log if isinstance(a, act.LaunchRecall))
     assert recall.versions == ("initial",)
-    assert recall.captured_since is not None and recall.captured_since >= 60 * 30.0  # the return's samples only
-    assert state.rise_active and not state.shift_active
-    assert state.lifecycle.phase is Phase.RECALLING and state.lifecycle.recall_only
+    assert recall.captured_since is not None
+    assert recall.captured_since >= 60 * 30.0  # the return's samples only
+    assert state.rise_active
+    assert not state.shift_active
+    assert state.lifecycle.phase is Phase.RECALLING
+    assert state.lifecycle.recall_only
