@@ -24,7 +24,13 @@ from tide_operator.control.lifecycle_canary import (
     roll_back,
     rolled_back,
 )
-from tide_operator.control.lifecycle_recall import recall_on_rise, recalled_short, recalling, watch_recalled
+from tide_operator.control.lifecycle_recall import (
+    pool_to_try,
+    recall_on_rise,
+    recalled_short,
+    recalling,
+    watch_recalled,
+)
 from tide_operator.control.lifecycle_training import collecting, training
 from tide_operator.control.lifecycle_types import (
     CaptureParams,
@@ -79,9 +85,12 @@ def _step(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams
         return roll_back(state, now, "CanaryAborted", "control.abortCanary is set")
     if inputs.shift_started and state.phase in _STALE_ON_SHIFT:
         return _recollect(state, inputs, now)
-    if inputs.rise_started and state.phase in _STALE_ON_SHIFT and not state.recall_only:
-        # Acceptance rose: the traffic changed as much as on a fall (a return home), so the samples
-        # are as stale; the pool is tried on the new traffic first (lifecycle_recall.py).
+    if inputs.rise_started and state.phase in _STALE_ON_SHIFT and not state.recall_only \
+            and pool_to_try(inputs, params):
+        # Acceptance rose: the traffic changed as much as on a fall (a return home), so the samples are as
+        # stale; the pool is tried on the new traffic first (lifecycle_recall.py). With no pooled draft to
+        # try, the run goes on: the served draft does better than before, and a rise on noise alone
+        # would cancel a good round (the policy bench's short excursions).
         return _recollect(replace(state, shift_at=now), inputs, now, "AcceptanceRose", "acceptance rose")
     handler = _HANDLERS[state.phase]
     return handler(state, inputs, params, now)

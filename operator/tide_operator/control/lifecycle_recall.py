@@ -48,11 +48,16 @@ def recall_due(state: LifecycleState, inputs: LifecycleInput, params: LifecycleP
             and state.recalled_for_shift != state.shift_at and fresh >= params.recall.sample_threshold)
 
 
+def pool_to_try(inputs: LifecycleInput, params: LifecycleParams) -> bool:
+    """Other drafts in the pool, and capture and recall on to score them."""
+    return params.capture.enabled and params.recall.enabled and bool(inputs.pool)
+
+
 def recall_on_rise(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams,
                    now: float) -> Step | None:
     """Serving, acceptance rose: collect recallSampleThreshold samples of the new traffic for the pool's
     evaluation (nothing to try, capture or the pool off: None, keep serving)."""
-    if not (params.capture.enabled and params.recall.enabled and inputs.pool):
+    if not pool_to_try(inputs, params):
         return None
     rose = replace(state, shift_at=now, recall_only=True, buffer_baseline=inputs.buffer_samples, retrain_at=None,
                    recalled_expected=None, recall_shortfall_since=None)

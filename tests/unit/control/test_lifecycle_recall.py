@@ -277,3 +277,13 @@ def test_a_rise_while_collecting_or_training_makes_the_samples_stale_and_tries_t
         ["r3"] if phase is Phase.TRAINING else [])
     due = step_lifecycle(step.state, inputs(pool=("initial",), buffer_samples=520), RECALL, 2030.0)
     assert any(isinstance(a, act.LaunchRecall) for a in due.actions)
+
+
+def test_a_rise_while_training_with_no_pooled_draft_to_try_lets_the_run_finish() -> None:
+    """The served draft does better than before and nothing could replace it: a rise on noise alone must
+    not cancel a good round."""
+    busy = state(Phase.TRAINING, shift_at=SHIFT_AT, active_run="r1", run_counter=1)
+    step = step_lifecycle(busy, inputs(rise_started=True, pool=(), buffer_samples=500), RECALL, 2000.0)
+    assert step.state.phase is Phase.TRAINING
+    assert step.state.shift_at == SHIFT_AT
+    assert not any(isinstance(a, act.CancelTraining) for a in step.actions)
