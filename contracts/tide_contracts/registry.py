@@ -344,7 +344,9 @@ class DraftRegistry(PoolIndex, CaptureBuffer):
         flips = [e for e in self.history() if e.action in ("promote", "rollback", "recalled")]
         if pointer is None or not flips or flips[-1].version != pointer.version:
             return None  # the pointer moved outside the history: nothing to trust
-        return flips[-1].previous
+        # No pointer before the flip: the pods served the launch draft, which the pointer can name now
+        # (whoever flips back checks that the spec still names one).
+        return flips[-1].previous or LAUNCH_DRAFT
 
     def record_rejection(self, run_id: str, *, now: datetime, reason: str) -> None:
         """A canary that did not promote: the pointer stays, the history says why."""

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tide_contracts.registry import LAUNCH_DRAFT
 from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION
 from tide_operator.manifests.control_token import ROTATE_ANNOTATION
 
@@ -94,9 +95,11 @@ def abort(obj: dict[str, Any], request: str) -> Edit:
 
 
 def promote(obj: dict[str, Any], version: str) -> Edit:
-    """Serve an already promoted version: a pointer flip, recorded as manual in the history."""
-    if not VERSION_PATTERN.match(version):
-        raise VerbRefused(f"version {version!r} is not a draft version like v3 ({PROMOTE_ANNOTATION})")
+    """Serve an already promoted version, or the launch draft (`initial`): a pointer flip, recorded as manual
+    in the history."""
+    if not (VERSION_PATTERN.match(version) or version == LAUNCH_DRAFT):
+        raise VerbRefused(f"version {version!r} is not a draft version like v3, nor {LAUNCH_DRAFT} "
+                          f"({PROMOTE_ANNOTATION})")
     _flip_allowed(obj)
     current = _served(obj)
     if current == version:

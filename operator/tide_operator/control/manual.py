@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from tide_contracts.registry import LAUNCH_DRAFT
 from tide_operator.control import actions as act
 from tide_operator.control.drift import DriftState
 from tide_operator.control.lifecycle import LifecycleState, Phase, Step
@@ -22,10 +23,10 @@ from tide_operator.control.policy_types import PolicyParams, PolicyState
 from tide_operator.control.probe import ProbeState
 
 ABORT_ANNOTATION = "tide.dev/abort-canary"  # any value: roll the running canary back
-PROMOTE_ANNOTATION = "tide.dev/promote"  # vN: serve that promoted version (a pointer flip)
+PROMOTE_ANNOTATION = "tide.dev/promote"  # vN or initial: serve that promoted version or the launch draft
 ROLLBACK_ANNOTATION = "tide.dev/rollback"  # any value: back to the version served before the current one
 REQUEST_ANNOTATIONS = (ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION)
-_VERSION = re.compile(r"^v[1-9][0-9]{0,8}$")
+_VERSION = re.compile(rf"^(v[1-9][0-9]{{0,8}}|{LAUNCH_DRAFT})$")  # effects check that spec.draft.initial is set
 
 CANARY_ABORTED = "CanaryAborted"
 MANUAL_PROMOTE = "ManualPromote"
@@ -89,7 +90,7 @@ def _flip_refused(request: ManualRequest, lifecycle: LifecycleState, params: Pol
     if request.promote is not None and request.rollback:
         return f"{PROMOTE_ANNOTATION} and {ROLLBACK_ANNOTATION} are both set: ask for one"
     if request.promote is not None and not _VERSION.match(request.promote):
-        return f"{request.promote!r} is not a draft version like v3"
+        return f"{request.promote!r} is not a draft version like v3 (or {LAUNCH_DRAFT}, the launch draft)"
     if params.draft_pin is not None:
         return f"spec.control.draftPin={params.draft_pin} holds the draft: unpin first"
     if lifecycle.phase is Phase.CANARY:

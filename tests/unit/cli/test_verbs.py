@@ -90,6 +90,8 @@ def test_promote_and_rollback_request_a_pointer_flip() -> None:
     assert edit.patch == {"metadata": {"annotations": {PROMOTE_ANNOTATION: "v2"}}}
     assert "promotion of v2 requested (serving v3)" in edit.summary
     assert verbs.promote(tide_deployment(), "v3").summary.endswith("already serves v3; nothing changed")
+    launch = verbs.promote(tide_deployment(), "initial")  # the launch draft, by its pool name
+    assert launch.patch == {"metadata": {"annotations": {PROMOTE_ANNOTATION: "initial"}}}
     back = verbs.rollback(tide_deployment(), "2026-12-05T08:00:00Z")
     assert back.patch == {"metadata": {"annotations": {ROLLBACK_ANNOTATION: "2026-12-05T08:00:00Z"}}}
     assert "rollback from v3 requested" in back.summary
@@ -108,7 +110,7 @@ def test_promote_and_rollback_are_refused_while_pinned_or_during_a_canary(verb: 
         ask(in_canary())
 
 
-@pytest.mark.parametrize("version", ["3", "v0", "latest", ""])
+@pytest.mark.parametrize("version", ["3", "v0", "latest", "", "initial/..", "Initial"])
 def test_promote_refuses_what_is_not_a_version_and_names_the_annotation(version: str) -> None:
     with pytest.raises(verbs.VerbRefused, match=PROMOTE_ANNOTATION):
         verbs.promote(tide_deployment(), version)

@@ -64,7 +64,8 @@ def test_promote_and_rollback_become_pointer_flips() -> None:
     (ManualRequest(rollback=True), PolicyState(), replace(PARAMS, draft_pin="v1"), "draftPin=v1"),
     (ManualRequest(promote="v2"), PolicyState(lifecycle=CANARY), PARAMS, "a canary of abc-r3 runs: abort it first"),
     (ManualRequest(rollback=True), PolicyState(lifecycle=CANARY), PARAMS, "a canary of abc-r3 runs"),
-    (ManualRequest(promote="latest"), PolicyState(), PARAMS, "'latest' is not a draft version like v3"),
+    (ManualRequest(promote="latest"), PolicyState(), PARAMS, "'latest' is not a draft version like v3 (or initial"),
+    (ManualRequest(promote="initial2"), PolicyState(), PARAMS, "not a draft version"),
     (ManualRequest(promote="v0"), PolicyState(), PARAMS, "not a draft version"),
     (ManualRequest(promote="v2", rollback=True), PolicyState(), PARAMS, "are both set: ask for one"),
 ])

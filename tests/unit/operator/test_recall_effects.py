@@ -283,3 +283,26 @@ def test_initial_is_refused_when_the_spec_names_no_launch_draft(registry: DraftR
     assert refused.value.reason == Reason.UNKNOWN_VERSION
     assert "spec.draft.initial" in str(refused.value)
     assert registry.promoted()[0].version == "v2"  # type: ignore[union-attr]
+
+
+def test_the_first_promotion_rolls_back_to_the_launch_draft_and_a_user_can_promote_it_by_name(
+        s3_endpoint: str) -> None:
+    """Before, the history's first promotion named no previous version: `tide rollback` was refused, and
+    `tide promote initial` was not a version. Both flip the pointer to the launch draft now."""
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1", aws_access_key_id="test",
+                          aws_secret_access_key="test", config=Config(s3={"addressing_style": "path"}))
+    bucket = f"tide-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=bucket)
+    registry = DraftRegistry(client, bucket, "team/chat")
+    put_candidate(registry, "3fa9c2d1-r1")
+    registry.promote("3fa9c2d1-r1", target_revision="r1", tokenizer_hash=None, now=datetime.now(UTC))
+    pods = {"chat-a": FakePod("v1")}
+    before, after = effects(pods, registry).flip_pointer(act.FlipPointer(None, True, "RollbackRequested", "by hand"))
+    assert (before, after) == ("v1", "initial")
+    assert pods["chat-a"].loads == [(LAUNCH_SOURCE, None, None)]
+    last = registry.history()[-1]
+    assert (last.action, last.version, last.previous, last.manual) == ("rollback", "initial", "v1", True)
+    before, after = effects(pods, registry).flip_pointer(act.FlipPointer("v1", False, "PromoteRequested", "by hand"))
+    assert (before, after) == ("initial", "v1")
+    before, after = effects(pods, registry).flip_pointer(act.FlipPointer("initial", False, "PromoteRequested", "x"))
+    assert (before, after) == ("v1", "initial")

@@ -21,6 +21,7 @@ from botocore.exceptions import EndpointConnectionError
 from moto.server import ThreadedMotoServer
 
 from tide_contracts.registry import (
+    LAUNCH_DRAFT,
     CaptureLimits,
     CaptureObject,
     ChecksumMismatch,
@@ -245,11 +246,14 @@ def test_a_flip_by_hand_checks_the_draft_pins_its_manifest_and_is_recorded_as_ma
     assert not registry.history()[0].manual  # the loop's own promotions
 
 
-def test_no_previous_version_before_a_second_promotion(registry: DraftRegistry) -> None:
-    assert registry.previous_version() is None
+def test_the_first_promotion_rolls_back_to_the_launch_draft(registry: DraftRegistry) -> None:
+    assert registry.previous_version() is None  # nothing promoted: nothing to go back from
     put_candidate(registry, "r1")
     registry.promote("r1", target_revision=REV, tokenizer_hash=TOK, now=NOW)
-    assert registry.previous_version() is None  # v1 replaced the launch draft, which the pointer cannot name
+    assert registry.previous_version() == LAUNCH_DRAFT  # v1 replaced the launch draft
+    registry.roll_back(LAUNCH_DRAFT, target_revision=REV, now=NOW, reason="by hand", manual=True)
+    assert registry.promoted()[0].version == LAUNCH_DRAFT
+    assert registry.previous_version() == "v1"  # and a second rollback returns, like `kubectl rollout undo`
 
 
 def capture(name: str, age_min: float, size: int = 1000, samples: int = 100) -> CaptureObject:
