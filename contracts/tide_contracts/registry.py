@@ -349,13 +349,17 @@ class DraftRegistry(PoolIndex, CaptureBuffer):
         return flips[-1].previous or LAUNCH_DRAFT
 
     def record_rejection(self, run_id: str, *, now: datetime, reason: str) -> None:
-        """A canary that did not promote: the pointer stays, the history says why."""
+        """A canary that did not promote: the pointer stays, the history says why.
+
+        ``run_id`` names the candidate: a run's, or a pooled version (vN, initial) a recall put on the
+        canary, which is no run: the entry then names no run and its reason says which draft it was."""
         pointer, _ = self.promoted()
         version = pointer.version if pointer else None
+        recalled = run_id == LAUNCH_DRAFT or _VERSION_RE.match(run_id) is not None
         self._record(
-            HistoryEntry(
-                action="reject", at=_iso(now), version=version, previous=version, run_id=run_id, reason=reason
-            ),
+            HistoryEntry(action="reject", at=_iso(now), version=version, previous=version,
+                         run_id=None if recalled else run_id, reason=f"recalled {run_id}: {reason}" if recalled
+                         else reason),
             now,
         )
 

@@ -215,6 +215,12 @@ def test_rollback_flips_the_pointer_back_and_keeps_every_draft(registry: DraftRe
     assert pointer.version == "v1"
     assert all_keys(registry, "drafts") == drafts
     assert [h.action for h in registry.history()][-2:] == ["rollback", "reject"]
+    assert registry.history()[-1].run_id == "r3"
+    registry.record_rejection("v2", now=NOW, reason="CanaryFailed")  # a recalled v2 lost its canary
+    registry.record_rejection(LAUNCH_DRAFT, now=NOW, reason="CanaryFailed")
+    recalled = registry.history()[-2:]
+    assert [(h.run_id, h.reason, h.version) for h in recalled] == [
+        (None, "recalled v2: CanaryFailed", "v1"), (None, "recalled initial: CanaryFailed", "v1")]
 
 
 def test_a_flip_by_hand_checks_the_draft_pins_its_manifest_and_is_recorded_as_manual(
