@@ -73,23 +73,22 @@ def gpu_requirement_env(config: OperatorConfig) -> dict[str, str]:
     return {"name": REQUIRE_GPU_ENV, "value": "0" if config.trainer.cpu_only else "1"}
 
 
-def _command(spec: TideDeploymentSpec, config: OperatorConfig) -> list[str]:
-    gpus = spec.training.gpus_per_job
+def _command(gpus: int, config: OperatorConfig) -> list[str]:
     if gpus == 1:
         return list(config.trainer.command)
     return [part.replace("{gpus}", str(gpus)) for part in config.trainer.distributed_command]
 
 
 def _container(
-    spec: TideDeploymentSpec, args: list[str], gpu_class: GpuClass, config: OperatorConfig, work: str
+    spec: TideDeploymentSpec, args: list[str], gpu_class: GpuClass, config: OperatorConfig, work: str, gpus: int
 ) -> dict[str, Any]:
     return {
         "name": CONTAINER_NAME,
         "image": spec.training.image or config.trainer.image_for(gpu_class.vendor),
-        "command": _command(spec, config),
+        "command": _command(gpus, config),
         "args": args,
         "env": [pod.field_env("TIDE_POD_NAME", "metadata.name"), gpu_requirement_env(config), *pod.storage_env(spec)],
-        "resources": pod.gpu_resources(spec.training, gpu_class, spec.training.gpus_per_job),
+        "resources": pod.gpu_resources(spec.training, gpu_class, gpus),
         "volumeMounts": [
             {"name": pod.SHM_VOLUME, "mountPath": pod.SHM_MOUNT_PATH},
             {"name": WORK_VOLUME, "mountPath": work},
@@ -113,6 +112,7 @@ def build_trainer_job(
     operator_config: OperatorConfig,
     parent_draft: str | None = None,
     deadline_s: int | None = None,
+    gpus: int | None = None,
 ) -> dict[str, Any]:
     """A Job named ``<td>-train-<run id>`` (deterministic: a restart finds it instead of duplicating).
 
@@ -120,7 +120,8 @@ def build_trainer_job(
     served draft to warm-start from (default: spec.draft.initial; none: a fresh draft).
     backoffLimit 0: a failed run is a decision for the control loop (backoff, maxFailures), not a retry.
     ``deadline_s`` becomes activeDeadlineSeconds (spec.control.training.timeout or its default): a
-    hung trainer fails at it, and its claim on the capture shards ends with it.
+    hung trainer fails at it, and its claim on the capture shards ends with it. ``gpus``: the GPUs
+    it holds (default spec.training.gpusPerJob; the one-process Jobs, init and recall, hold one).
     """
     gpu_class = placement.training.gpu_class
     if gpu_class is None:
@@ -131,7 +132,8 @@ def build_trainer_job(
         "spec": {
             "restartPolicy": "Never",
             "containers": [_container(spec, args, gpu_class, operator_config,
-                                      work_dir(td_name, namespace, run_id, operator_config))],
+                                      work_dir(td_name, namespace, run_id, operator_config),
+                                      gpus or spec.training.gpus_per_job)],
             "volumes": _volumes(operator_config),
             **pod.scheduling_fields(spec.training, placement.training),
         },
@@ -191,7 +193,7 @@ def build_bootstrap_job(td_name: str, namespace: str, spec: TideDeploymentSpec, 
                         operator_config: OperatorConfig) -> dict[str, Any]:
     """The init Job: a trainer Job (same pool, image, env, pod security) running ``tide_trainer init``."""
     job = build_trainer_job(td_name, namespace, spec, placement, run_id=BOOTSTRAP_RUN,
-                            operator_config=operator_config, deadline_s=BOOTSTRAP_DEADLINE_S)
+                            operator_config=operator_config, deadline_s=BOOTSTRAP_DEADLINE_S, gpus=1)
     job["metadata"]["name"] = names.bootstrap_job_name(td_name, spec.target.revision)
     job["spec"]["backoffLimit"] = BOOTSTRAP_RETRIES
     _relabel(job, labels.JOB_KIND_BOOTSTRAP)
@@ -267,8 +269,9 @@ def build_evaluation_job(td_name: str, namespace: str, spec: TideDeploymentSpec,
     """
     args = evaluation_args(td_name, namespace, spec, run_id, operator_config, served_version, pooled_versions,
                            captured_since)
+    # One process scores every pooled draft: one GPU, whatever gpusPerJob a training run takes.
     job = build_trainer_job(td_name, namespace, spec, placement, run_id=run_id, operator_config=operator_config,
-                            deadline_s=deadline_s)
+                            deadline_s=deadline_s, gpus=1)
     job["metadata"]["name"] = names.evaluation_job_name(td_name, run_id)
     _relabel(job, labels.JOB_KIND_EVALUATION)
     container = _trainer_container(job)

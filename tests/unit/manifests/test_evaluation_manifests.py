@@ -78,6 +78,10 @@ def test_pod_policy_placement_image_and_s3_wiring_are_the_trainer_jobs() -> None
     trainer = build_trainer_job("chat", "llm", spec, placement(), run_id=RUN, operator_config=CONFIG,
                                 deadline_s=900)
     job = _eval(spec, deadline_s=900)
+    limits = [c["resources"]["limits"] for c in (_container(job), _container(trainer))]
+    assert [lim["amd.com/gpu"] for lim in limits] == [1, 4]  # one process scores: one GPU, not gpusPerJob
+    for c in (_container(job), _container(trainer)):
+        del c["resources"]
     assert without_command_line(job) == without_command_line(trainer)
     assert job["spec"]["backoffLimit"] == trainer["spec"]["backoffLimit"] == 0
     assert job["spec"]["activeDeadlineSeconds"] == 900
