@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -74,6 +75,9 @@ def train_cfg(work: Path, epochs: int) -> TrainConfig:
 def trained(start: Eagle3Draft, data: list[Sample], work: Path, epochs: int) -> tuple[Eagle3Draft, float]:
     model = Eagle3Draft(start.cfg)
     model.load_state_dict(start.state_dict())
+    # fit() resumes from <work>/checkpoint.pt: a checkpoint left by an earlier run of this bench would
+    # make this one report that run's draft (or train nothing at all).
+    shutil.rmtree(work, ignore_errors=True)
     t0 = time.monotonic()
     fit(model, data, train_cfg(work, epochs))
     return model, time.monotonic() - t0
