@@ -3,6 +3,8 @@ stop; the finalizer gives up after a bounded number of failed attempts with a Wa
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import kopf
 import pytest
 
@@ -28,6 +30,9 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
 
     monkeypatch.setattr(handlers, "delete_deployment_artifacts", delete)
     monkeypatch.setattr(handlers, "Cluster", lambda **_: object())
+    # No cluster-wide GPU request watch: started here it would outlive the test with no API server and
+    # log a failure every 5 s into whichever test runs next.
+    monkeypatch.setattr(handlers, "GPU_REQUESTS", SimpleNamespace(start=lambda: None, stop=lambda: None))
     monkeypatch.setattr(handlers, "stop_capture_writers", lambda *a: bool(seen["writers"]))
     monkeypatch.setattr(handlers, "post_event", lambda _b, kind, reason, message: seen["events"].append(
         (kind, reason, message)))

@@ -4,6 +4,8 @@ them again; a newer version carrying a request is acted on."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import kopf
 import pytest
 
@@ -31,6 +33,9 @@ def passes(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
 
     monkeypatch.setattr(handlers, "reconcile", reconcile)
     monkeypatch.setattr(handlers, "Cluster", lambda **_: object())
+    # No cluster-wide GPU request watch: started here it would outlive the test with no API server and
+    # log a failure every 5 s into whichever test runs next.
+    monkeypatch.setattr(handlers, "GPU_REQUESTS", SimpleNamespace(start=lambda: None, stop=lambda: None))
     monkeypatch.setattr(handlers, "_CONSUMED", {})
     return seen
 
