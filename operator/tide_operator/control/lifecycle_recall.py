@@ -71,7 +71,7 @@ def collecting_to_recall(state: LifecycleState, inputs: LifecycleInput, params: 
     """Collecting after a rise (recall_only): the evaluation once its samples are in, never a training run."""
     if recall_due(state, inputs, params, fresh):
         return launch_recall(state, inputs, params, now, fresh)
-    if not params.recall.enabled or not inputs.pool or state.recalled_for_shift == state.shift_at:
+    if not pool_to_try(inputs, params) or state.recalled_for_shift == state.shift_at:
         return back_to_serving(state, now, "RecallNothingToTry", "no pooled draft to score: serving")
     message = f"buffer {fresh}/{params.recall.sample_threshold} samples for the draft pool's evaluation"
     return stay(state, "CollectingForRecall", message, capture=True)
