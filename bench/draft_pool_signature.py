@@ -5,7 +5,7 @@ draft from one shard) meets "recent capture windows" with a share of A of 1, 0.8
 each drawn for several seeds. For every window the truth is each draft's expected acceptance length on
 a large held-out set of that window's distribution (per-domain sums, mixed exactly); the predictors:
   signature  the pooled draft nearest by signature_distance between the signature of its training
-             captures and the signature of n window requests (tide_trainer.signature, as run.py keeps it)
+             captures and the signature of n window requests (tide_contracts.signature, as run.py keeps it)
   evaluation the pooled draft with the highest evaluate_acceptance on the same n window requests
 and per predictor and n: how often it picks the truly best draft, the acceptance it loses against the
 best (regret), Spearman's rank correlation of its scores with the truth, and its wall clock per decision
@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 from bench.trainer_shift import K, acceptance, capture, samples, trained
 from tide_contracts.draft_pool import DomainSignature, signature_distance
+from tide_contracts.signature import domain_signature
 from tide_trainer.data import Sample, iter_batches
 from tide_trainer.model import Eagle3Draft
 from tide_trainer.objective import evaluate_acceptance
-from tide_trainer.signature import domain_signature
 from tide_trainer.starting_point import fresh_draft, target_draft_config
 from tide_trainer.tiny_target.build import ensure_tiny_target, load_tiny_target
 

@@ -35,8 +35,8 @@ class DomainSignature(_Frozen):
     mean: tuple[float, ...] = Field(min_length=1, max_length=256)
     std: tuple[float, ...] = Field(min_length=1, max_length=256)
     tokens: int = Field(ge=1)
-    # How the hidden states were reduced to these dimensions (the trainer's tide_trainer.signature):
-    # signatures of different projections are not comparable, whatever their dimensions.
+    # How the hidden states were reduced to these dimensions (tide_contracts.signature, as the trainer
+    # and the capture writer compute it): signatures of different projections are not comparable.
     projection: str | None = Field(default=None, max_length=64)
 
     @model_validator(mode="after")

@@ -37,11 +37,13 @@ from tide_contracts.recall import RECALL_REPORT_FILE, RECALL_REPORT_VERSION, Rec
 from tide_contracts.registry_captures import (
     _RUN_ID_RE,
     CAPTURE_SAMPLES_METADATA,
+    CAPTURE_SIGNATURE_METADATA,
     CLAIM_VERSION,
     CaptureBuffer,
     CaptureLimits,
     CaptureObject,
     CaptureSampleCache,
+    capture_metadata,
     captures_to_prune,
 )
 from tide_contracts.registry_pool import PoolConflict, PoolIndex
@@ -57,6 +59,7 @@ _VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
 # The registry's whole public API, its parts (registry_captures, registry_pool, registry_store) included.
 __all__ = [
     "CAPTURE_SAMPLES_METADATA",
+    "CAPTURE_SIGNATURE_METADATA",
     "CLAIM_FILE",
     "CLAIM_VERSION",
     "CONTRACT_VERSION",
@@ -78,6 +81,7 @@ __all__ = [
     "PruneIncomplete",
     "RegistryError",
     "UnknownVersion",
+    "capture_metadata",
     "captures_to_prune",
     "manifest_json",
 ]

@@ -13,12 +13,25 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from tide_contracts.draft_pool import DomainSignature
 from tide_contracts.prefix_delete import DeletionRefused, delete_under_prefix
 from tide_contracts.registry_store import PruneIncomplete, RegistryError, RegistryStore
+from tide_contracts.signature import signature_from_metadata, signature_to_metadata
 
 CAPTURE_SAMPLES_METADATA = "samples"  # S3 user metadata on a capture object: requests it holds
+# S3 user metadata on a capture object: its rows' domain signature (tide_contracts.signature); absent
+# from objects written before it, or by a writer that does not compute one.
+CAPTURE_SIGNATURE_METADATA = "signature"
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # the trainer's run id
 CLAIM_VERSION = 1  # claims/<run id>.json: docs/contracts/draft-registry.md
+
+
+def capture_metadata(samples: int, signature: DomainSignature | None = None) -> dict[str, str]:
+    """A capture object's S3 user metadata: how many requests it holds and, when known, its signature."""
+    metadata = {CAPTURE_SAMPLES_METADATA: str(samples)}
+    if signature is not None:
+        metadata[CAPTURE_SIGNATURE_METADATA] = signature_to_metadata(signature)
+    return metadata
 
 
 @dataclass(frozen=True)
@@ -27,25 +40,27 @@ class CaptureObject:
     size: int
     last_modified: float  # epoch seconds
     samples: int
+    signature: DomainSignature | None = None  # of the object's rows, from its metadata (None: not given)
 
 
 class CaptureSampleCache:
-    """Samples per capture object, keyed by (key, ETag), so a listing HEADs only new objects.
+    """What each capture object's metadata says (samples, signature), keyed by (key, ETag), so a
+    listing HEADs only new objects.
 
-    Capture objects are written once and never changed, so a count read once stays true; the ETag
+    Capture objects are written once and never changed, so metadata read once stays true; the ETag
     in the key covers an object overwritten under the same name anyway. Bounded: the oldest
     entries go first (the buffer itself is capped, so a live deployment stays well under it).
     """
 
     def __init__(self, max_entries: int = 200_000) -> None:
         self.max_entries = max_entries
-        self._samples: dict[tuple[str, str], int] = {}
+        self._samples: dict[tuple[str, str], tuple[int, DomainSignature | None]] = {}
 
-    def get(self, key: str, etag: str) -> int | None:
+    def get(self, key: str, etag: str) -> tuple[int, DomainSignature | None] | None:
         return self._samples.get((key, etag))
 
-    def put(self, key: str, etag: str, samples: int) -> None:
-        self._samples[(key, etag)] = samples
+    def put(self, key: str, etag: str, samples: int, signature: DomainSignature | None = None) -> None:
+        self._samples[(key, etag)] = (samples, signature)
         while len(self._samples) > self.max_entries:
             del self._samples[next(iter(self._samples))]
 
@@ -68,26 +83,29 @@ class CaptureBuffer(RegistryStore):
     sample_cache: CaptureSampleCache  # HEADs only objects it has not seen (set by DraftRegistry)
 
     # -- captures -------------------------------------------------------------------------------
-    def put_capture(self, name: str, data: bytes, samples: int) -> str:
+    def put_capture(self, name: str, data: bytes, samples: int, signature: DomainSignature | None = None) -> str:
         key = self.key("captures", name)
-        self._put(key, data, Metadata={CAPTURE_SAMPLES_METADATA: str(samples)})
+        self._put(key, data, Metadata=capture_metadata(samples, signature))
         return key
 
     def list_captures(self) -> list[CaptureObject]:
-        """Oldest first. Objects without the samples metadata count as one sample.
+        """Oldest first. Objects without the samples metadata count as one sample; a missing or
+        malformed signature is None.
 
-        The count lives in each object's metadata, which a listing does not return: one HEAD per
-        object not yet in ``sample_cache``.
+        Both live in each object's metadata, which a listing does not return: one HEAD per object
+        not yet in ``sample_cache``.
         """
         out = []
         for obj in self._list_objects(self.key("captures") + "/"):
             etag = str(obj.get("ETag", ""))
-            samples = self.sample_cache.get(obj["Key"], etag)
-            if samples is None:
-                head = self.client.head_object(Bucket=self.bucket, Key=obj["Key"])
-                samples = int(head.get("Metadata", {}).get(CAPTURE_SAMPLES_METADATA, "1"))
-                self.sample_cache.put(obj["Key"], etag, samples)
-            out.append(CaptureObject(obj["Key"], obj["Size"], obj["LastModified"].timestamp(), samples))
+            known = self.sample_cache.get(obj["Key"], etag)
+            if known is None:
+                metadata = self.client.head_object(Bucket=self.bucket, Key=obj["Key"]).get("Metadata", {})
+                known = (int(metadata.get(CAPTURE_SAMPLES_METADATA, "1")),
+                         signature_from_metadata(metadata.get(CAPTURE_SIGNATURE_METADATA)))
+                self.sample_cache.put(obj["Key"], etag, *known)
+            samples, signature = known
+            out.append(CaptureObject(obj["Key"], obj["Size"], obj["LastModified"].timestamp(), samples, signature))
         return sorted(out, key=lambda c: (c.last_modified, c.key))
 
     def prune_captures(

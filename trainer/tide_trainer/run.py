@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from tide_contracts.draft_pool import DomainSignature
 from tide_contracts.shards import HiddenStateShard
+from tide_contracts.signature import domain_signature
 from tide_trainer.candidate import build_manifest, check_registry, upload_candidate
 from tide_trainer.config import TrainConfig
 from tide_trainer.data import (
@@ -31,7 +32,6 @@ from tide_trainer.data import (
 from tide_trainer.export import export_speculators
 from tide_trainer.model import Eagle3Draft
 from tide_trainer.objective import evaluate_acceptance, served_acceptance_length
-from tide_trainer.signature import domain_signature
 from tide_trainer.starting_point import (
     check_target_matches_parent,
     fetch_parent,

@@ -15,12 +15,15 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import boto3
+import numpy as np
 import pytest
 from botocore.config import Config
 from botocore.exceptions import EndpointConnectionError
 from moto.server import ThreadedMotoServer
 
 from tide_contracts.registry import (
+    CAPTURE_SAMPLES_METADATA,
+    CAPTURE_SIGNATURE_METADATA,
     LAUNCH_DRAFT,
     CaptureLimits,
     CaptureObject,
@@ -35,6 +38,7 @@ from tide_contracts.registry import (
     captures_to_prune,
     manifest_json,
 )
+from tide_contracts.signature import domain_signature
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 REV = "rev-abc"
@@ -332,3 +336,19 @@ def test_listing_captures_heads_only_objects_it_has_not_counted(registry: DraftR
 
     registry.put_capture("c0.safetensors", b"y" * 500, samples=7)  # rewritten under the same name: new ETag
     assert {c.key: c.samples for c in second.list_captures()}[registry.key("captures", "c0.safetensors")] == 7
+
+
+def test_listing_captures_reads_each_objects_signature(registry: DraftRegistry) -> None:
+    """The operator sees the newest traffic's domain from the metadata alone (control/draft_return.py); a
+    pod's malformed metadata is no signature, never an error."""
+    signature = domain_signature([np.random.default_rng(2).standard_normal((30, 3 * 8))], 8)
+    registry.put_capture("signed.safetensors", b"x" * 100, samples=3, signature=signature)
+    registry.put_capture("plain.safetensors", b"x" * 100, samples=2)
+    registry.client.put_object(Bucket=registry.bucket, Key=registry.key("captures", "bad.safetensors"), Body=b"x",
+                               Metadata={CAPTURE_SAMPLES_METADATA: "4", CAPTURE_SIGNATURE_METADATA: "1;x;y"})
+    listed = {c.key.rsplit("/", 1)[-1]: c for c in registry.list_captures()}
+    assert listed["signed.safetensors"].signature is not None
+    assert listed["signed.safetensors"].signature.tokens == 30
+    assert listed["signed.safetensors"].signature.mean == pytest.approx(signature.mean, rel=1e-5)
+    assert (listed["plain.safetensors"].signature, listed["bad.safetensors"].signature) == (None, None)
+    assert listed["bad.safetensors"].samples == 4

@@ -15,8 +15,8 @@ from synthetic_shards import REVISION, make_shard, write_buffer
 
 from tide_contracts.registry import DraftRegistry, Manifest
 from tide_contracts.shards import shard_to_bytes, write_shard
+from tide_contracts.signature import PROJECTION, SIGNATURE_DIMENSIONS
 from tide_trainer.cli import ExitCode, main
-from tide_trainer.signature import PROJECTION, SIGNATURE_DIMENSIONS
 
 FAST = ["--ttt-steps", "2", "--epochs", "8", "--lr", "0.01", "--batch-size", "4", "--eval-fraction", "0.3",
         "--log-every", "5", "--speculative-tokens", "2"]

@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 
 from tide_contracts.draft_pool import DomainSignature, signature_distance
-from tide_trainer.signature import (
+from tide_contracts.signature import (
     PROJECTION,
     SIGNATURE_DIMENSIONS,
     SignatureAccumulator,
     domain_signature,
+    merge_signatures,
     projection_matrix,
+    signature_from_metadata,
+    signature_to_metadata,
 )
 
 H = 8  # hidden size: rows are 3*H wide
@@ -88,3 +91,46 @@ def test_nothing_captured_gives_no_signature_and_one_token_a_valid_one() -> None
 def test_rows_of_another_width_are_refused() -> None:
     with pytest.raises(ValueError):
         SignatureAccumulator(H).add(np.ones((4, 3 * H + 1)))
+
+
+# ---- shards' signatures: merged exactly, carried in a capture object's metadata --------------------------------
+def test_merged_shard_signatures_equal_the_signature_of_all_their_rows() -> None:
+    rng = np.random.default_rng(3)
+    blocks = [rng.standard_normal((n, 3 * H)) + shift for n, shift in ((40, 0.0), (7, 2.0), (90, -1.0))]
+    parts = [domain_signature([block], H) for block in blocks]
+    merged = merge_signatures(p for p in parts if p is not None)
+    whole = domain_signature(blocks, H)
+    assert merged is not None
+    assert whole is not None
+    assert merged.tokens == whole.tokens == 137
+    np.testing.assert_allclose(merged.mean, whole.mean, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(merged.std, whole.std, rtol=1e-9, atol=1e-12)
+    assert merge_signatures([]) is None
+
+
+def test_signatures_of_another_projection_are_not_merged() -> None:
+    sig = domain_signature([np.ones((3, 3 * H))], H)
+    assert sig is not None
+    with pytest.raises(ValueError, match="cannot merge"):
+        merge_signatures([sig, sig.model_copy(update={"projection": "other"})])
+
+
+def test_a_signature_survives_capture_metadata_within_its_size() -> None:
+    sig = domain_signature([np.random.default_rng(1).standard_normal((50, 3 * H)) * 1e3], H)
+    assert sig is not None
+    text = signature_to_metadata(sig)
+    assert text.isascii()
+    assert len(text) < 400  # S3 allows 2 KiB of user metadata in all
+    back = signature_from_metadata(text)
+    assert back is not None
+    assert (back.tokens, back.projection) == (50, PROJECTION)
+    np.testing.assert_allclose(back.mean, sig.mean, rtol=1e-5)
+    np.testing.assert_allclose(back.std, sig.std, rtol=1e-5)
+
+
+@pytest.mark.parametrize("text", [
+    None, "", "garbage", "3;1,2;1", "3;1,2;1,0", "3;nan,1;1,1", "-1;1;1", "3;1;1;1", "3;" + "1," * 900 + "1;1",
+])
+def test_metadata_a_pod_wrote_wrong_is_no_signature(text: str | None) -> None:
+    """Pods run the tenant's image: their metadata is parsed, bounded and validated, never trusted."""
+    assert signature_from_metadata(text) is None

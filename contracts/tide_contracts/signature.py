@@ -1,10 +1,15 @@
-"""The domain signature of the captures a draft learnt from: the draft pool's key (issue 16).
+"""The domain signature of captured traffic: the draft pool's key (issue 16).
 
 A diagonal Gaussian of the target's hidden states, projected to SIGNATURE_DIMENSIONS by a fixed
 sign matrix, accumulated sample by sample (contract: docs/contracts/draft-registry.md, "signature").
 The matrix comes from SHAKE-256, not from a random generator, so every run, machine and numpy version
 of a target with the same hidden size projects alike and signatures of different runs compare.
 Only statistics leave here, never rows: the signature may outlive the captures' retention.
+
+Two writers, one method: the trainer keeps the signature of a draft's training captures in its
+manifest, and the serving plugin writes each capture shard's own signature into the shard object's
+S3 metadata, so the operator sees which pooled draft's traffic the newest captures resemble without
+reading a row (``merge_signatures`` pools the shards' statistics exactly).
 """
 
 from __future__ import annotations
@@ -83,3 +88,58 @@ def domain_signature(rows: Iterable[np.ndarray], hidden_size: int) -> DomainSign
     for block in rows:
         accumulator.add(block)
     return accumulator.signature()
+
+
+def merge_signatures(parts: Iterable[DomainSignature]) -> DomainSignature | None:
+    """One signature of the union of the parts' tokens (exact: pooled means and variances).
+
+    None when there is nothing to merge; ValueError for parts of other projections or dimensions.
+    """
+    parts = list(parts)
+    if not parts:
+        return None
+    first = parts[0]
+    for part in parts[1:]:
+        if part.projection != first.projection or len(part.mean) != len(first.mean):
+            raise ValueError(f"cannot merge signatures of {first.projection!r} x{len(first.mean)} "
+                             f"and {part.projection!r} x{len(part.mean)}")
+    tokens = np.array([p.tokens for p in parts], dtype=np.float64)
+    means = np.array([p.mean for p in parts])
+    variances = np.array([p.std for p in parts]) ** 2
+    total = tokens.sum()
+    mean = tokens @ means / total
+    variance = tokens @ (variances + (means - mean) ** 2) / total
+    std = np.maximum(np.sqrt(variance), _MIN_STD)
+    return DomainSignature(mean=tuple(float(v) for v in mean), std=tuple(float(v) for v in std),
+                           tokens=int(total), projection=first.projection)
+
+
+# A capture object's S3 user metadata (2 KiB for all keys together, ASCII): "<tokens>;<means>;<stds>",
+# comma-separated, 6 significant digits (16 dimensions: about 330 bytes). The projection is this
+# module's: a reader with another method does not take it for its own.
+_METADATA_DIGITS = 6
+_METADATA_MAX_CHARS = 1536
+
+
+def signature_to_metadata(signature: DomainSignature) -> str:
+    if signature.projection != PROJECTION:
+        raise ValueError(f"only {PROJECTION} signatures go into capture metadata, not {signature.projection!r}")
+    values = [",".join(f"{v:.{_METADATA_DIGITS}g}" for v in column) for column in (signature.mean, signature.std)]
+    return f"{signature.tokens};{values[0]};{values[1]}"
+
+
+def signature_from_metadata(text: str | None) -> DomainSignature | None:
+    """The signature a capture object's metadata carries; None when absent or not well formed.
+
+    The metadata is written by serving pods, which run the tenant's image: whatever it says is parsed
+    as numbers of a bounded size and validated, never trusted to be there or to make sense.
+    """
+    if not text or len(text) > _METADATA_MAX_CHARS:
+        return None
+    try:
+        tokens, means, stds = text.split(";")
+        return DomainSignature(mean=tuple(float(v) for v in means.split(",")),
+                               std=tuple(float(v) for v in stds.split(",")), tokens=int(tokens),
+                               projection=PROJECTION)
+    except ValueError:  # pydantic's ValidationError is one
+        return None
