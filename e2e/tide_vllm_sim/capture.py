@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tide_contracts.registry import CAPTURE_SAMPLES_METADATA
+from tide_contracts.registry import capture_metadata
 from tide_contracts.serving_control import DEFAULT_SAMPLING_RATE, CaptureCounters, CaptureState
 from tide_contracts.shards import HiddenStateShard, RequestMeta, ShardHeader, shard_to_bytes
+from tide_contracts.signature import domain_signature
 from tide_vllm_sim.engine import FinishedRequest
 from tide_vllm_sim.s3io import StorageError, put_object
 from tide_vllm_sim.scenario import CaptureModel
@@ -171,10 +172,13 @@ class CaptureRecorder:
                 return
             self._seq += 1
             seq, destination = self._seq, self.destination
-        data = shard_to_bytes(build_shard(requests, self.model, self.target_revision))
+        shard = build_shard(requests, self.model, self.target_revision)
+        data = shard_to_bytes(shard)
         key = f"{self.settings.pod_name}/{int(time.time() * 1000)}-{seq:06d}.safetensors"
+        # The plugin's metadata: requests held and the rows' domain signature (tide_contracts.signature).
+        signature = domain_signature([shard.aux_hidden_states], self.model.hidden_size)
         try:
-            put_object(destination, key, data, {CAPTURE_SAMPLES_METADATA: str(len(requests))})
+            put_object(destination, key, data, capture_metadata(len(requests), signature))
         except StorageError:
             self._bump(write_errors=1)
             return

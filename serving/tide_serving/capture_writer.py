@@ -20,9 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from tide_contracts.draft_pool import DomainSignature
 from tide_contracts.encryption import S3Encryption
-from tide_contracts.registry import CAPTURE_SAMPLES_METADATA
+from tide_contracts.registry import capture_metadata
 from tide_contracts.shards import SHARD_SUFFIX, HiddenStateShard, RequestMeta, ShardHeader, shard_to_bytes
+from tide_contracts.signature import domain_signature
 from tide_serving.capture_recorder import CaptureCounters, CapturedRequest
 
 log = logging.getLogger(__name__)
@@ -68,13 +70,15 @@ class ShardUploader:
         self.encryption = encryption or S3Encryption()
         self._s3 = client
 
-    def put(self, destination: str, key: str, data: bytes, samples: int) -> str:
+    def put(self, destination: str, key: str, data: bytes, samples: int,
+            signature: DomainSignature | None = None) -> str:
         if destination.startswith("s3://"):
             bucket, _, prefix = destination[len("s3://"):].partition("/")
             full_key = f"{prefix.rstrip('/')}/{key}" if prefix.strip("/") else key
-            # The registry counts the rolling buffer's samples from this metadata (draft-registry.md).
+            # The registry counts the rolling buffer's samples, and the operator sees which domain the
+            # newest traffic is, from this metadata (draft-registry.md).
             self._client().put_object(Bucket=bucket, Key=full_key, Body=data,
-                                      Metadata={CAPTURE_SAMPLES_METADATA: str(samples)},
+                                      Metadata=capture_metadata(samples, signature),
                                       **self.encryption.put_args())
             return f"s3://{bucket}/{full_key}"
         path = Path(destination) / key
@@ -161,9 +165,12 @@ class CaptureWriter:
         try:
             if destination is None:
                 raise RuntimeError("capture has no destination")
-            data = shard_to_bytes(build_shard(samples, self.ident, self._draft_version()))
+            shard = build_shard(samples, self.ident, self._draft_version())
+            data = shard_to_bytes(shard)
             key = f"{self.ident.writer_id}/{int(time.time() * 1000)}-{next(self._seq):06d}{SHARD_SUFFIX}"
-            where = self._uploader.put(destination, key, data, len(samples))
+            # A projection of the rows to 16 dimensions (a few ms per shard, off the engine thread).
+            signature = domain_signature([shard.aux_hidden_states], self.ident.hidden_size)
+            where = self._uploader.put(destination, key, data, len(samples), signature)
         except Exception as err:  # noqa: BLE001 - any storage failure is counted, never raised into serving
             self.counters.write_errors += 1
             log.warning("tide capture: dropping a shard of %d rows: %s", rows, err)

@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tide_contracts.registry import CAPTURE_SIGNATURE_METADATA
 from tide_contracts.shards import read_shard
+from tide_contracts.signature import domain_signature, signature_from_metadata
 from tide_serving.capture_recorder import CaptureCounters, CapturedRequest, CaptureRecorder, is_sampled
 from tide_serving.capture_rows import ServedRows, row_indices, served_rows
 from tide_serving.capture_writer import CaptureWriter, ShardIdentity, bf16_bits_to_float32, build_shard
@@ -187,5 +189,15 @@ def test_writer_uploads_to_s3() -> None:
         keys = [o["Key"] for o in s3.list_objects_v2(Bucket="cap")["Contents"]]
         assert len(keys) == 1
         assert keys[0].startswith("captures/dep-1/pod-a/")
-        body = s3.get_object(Bucket="cap", Key=keys[0])["Body"].read()
-        assert read_shard(body).token_ids.tolist() == [1, 2]
+        stored = s3.get_object(Bucket="cap", Key=keys[0])
+        shard = read_shard(stored["Body"].read())
+        assert shard.token_ids.tolist() == [1, 2]
+        # The shard's rows' signature rides in its metadata, the trainer's over the same rows (up to the bf16
+        # rounding of the stored rows: a pod's rows are bf16 already, this test's float32).
+        expected = domain_signature([shard.aux_hidden_states], IDENT.hidden_size)
+        carried = signature_from_metadata(stored["Metadata"][CAPTURE_SIGNATURE_METADATA])
+        assert expected is not None
+        assert carried is not None
+        assert carried.tokens == expected.tokens == 2
+        assert carried.mean == pytest.approx(expected.mean, abs=1e-2)
+        assert stored["Metadata"]["samples"] == "1"
