@@ -83,6 +83,16 @@ def _step(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams
         return _pinned(state, inputs, now)
     if state.phase is Phase.CANARY and inputs.abort_canary:
         return roll_back(state, now, "CanaryAborted", "control.abortCanary is set")
+    changed = _traffic_changed(state, inputs, params, now)
+    if changed is not None:
+        return changed
+    handler = _HANDLERS[state.phase]
+    return handler(state, inputs, params, now)
+
+
+def _traffic_changed(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams,
+                     now: float) -> Step | None:
+    """Work built on samples of the old traffic, once the traffic changed: a fall, a rise, a return."""
     if inputs.shift_started and state.phase in _STALE_ON_SHIFT:
         return _recollect(state, inputs, now)
     if inputs.rise_started and state.phase in _STALE_ON_SHIFT and not state.recall_only \
@@ -92,8 +102,22 @@ def _step(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams
         # try, the run goes on: the served draft does better than before, and a rise on noise alone
         # would cancel a good round (the policy bench's short excursions).
         return _recollect(replace(state, shift_at=now), inputs, now, "AcceptanceRose", "acceptance rose")
-    handler = _HANDLERS[state.phase]
-    return handler(state, inputs, params, now)
+    if _returned(state, inputs, params):
+        # The newest captures look like a pooled draft's traffic, not the served one's (draft_return.py): the
+        # samples of this round are of the old traffic, and the pool is tried on the new one first.
+        return _recollect(replace(state, shift_at=now), inputs, now, "TrafficReturned",
+                          f"captured traffic back on {inputs.returned_to}'s domain")
+    return None
+
+
+def _returned(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams) -> bool:
+    """Collecting after a promotion since the last shift, and the newest captures back on a pooled draft's
+    domain. Before that promotion the pool was already scored on this shift's traffic (or is about to be),
+    and a return tried once is a shift itself: the next try waits for the next promotion."""
+    promoted_since_shift = state.last_promotion_at is not None and (
+        state.shift_at is None or state.last_promotion_at >= state.shift_at)
+    return (inputs.returned_to is not None and state.phase is Phase.COLLECTING and not state.recall_only
+            and promoted_since_shift and inputs.returned_to in inputs.pool and pool_to_try(inputs, params))
 
 
 # Work in these phases is built on samples from before a shift: start over on fresh ones.

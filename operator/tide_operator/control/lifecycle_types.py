@@ -129,6 +129,9 @@ class LifecycleInput:
     # The draft pool's other drafts for this target (`initial`, vN; not the served one): recall candidates.
     pool: tuple[str, ...] = ()
     recall: RecallObservation | None = None
+    # The pooled draft whose training traffic the newest captures are clearly nearer than the served
+    # draft's (control/draft_return.py): the traffic came back to its domain.
+    returned_to: str | None = None
 
 
 @dataclass(frozen=True)

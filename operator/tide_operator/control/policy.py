@@ -24,6 +24,7 @@ from tide_operator.control.cost_model import (
     tokens_for_batch_size,
     tokens_per_batch_size_table,
 )
+from tide_operator.control.draft_return import returned_to
 from tide_operator.control.drift import DriftState, rise_detected, shift_detected, update_drift
 from tide_operator.control.lifecycle import (
     LifecycleInput,
@@ -242,6 +243,7 @@ def _lifecycle_input(
         first_draft=observation.promoted_version is None,  # nothing but the bootstrap head at K=0 served
         pool=observation.pool,
         recall=observation.recall,
+        returned_to=returned_to(observation.traffic) if observation.traffic is not None else None,
         batch_size=observation.batch_size,
         # canary_speculation.py: the fleet's pods draft nothing at this load, so a canary's would measure
         # nothing (a probe running now ends within one window).

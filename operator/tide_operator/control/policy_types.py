@@ -13,6 +13,7 @@ from typing import Any
 
 from tide_operator.control.canary import CanaryParams, PodGroupMetrics
 from tide_operator.control.cost_model import DEFAULT_PROFILE, CostProfile
+from tide_operator.control.draft_return import TrafficSignatures
 from tide_operator.control.drift import DriftParams, DriftState
 from tide_operator.control.lifecycle import (
     CaptureParams,
@@ -48,6 +49,9 @@ class Observation:
     ready_pods: tuple[str, ...] = ()  # serving pods ready and answering their control routes
     pool: tuple[str, ...] = ()  # the draft pool's drafts of this target other than the served one
     recall: RecallObservation | None = None  # the recall evaluation Job's outcome (Recalling)
+    # The newest captures' signature against the drafts' training traffic (read while Collecting after a
+    # promotion, draft_return.py); None when not read or not enough captured.
+    traffic: TrafficSignatures | None = None
 
 
 @dataclass(frozen=True)

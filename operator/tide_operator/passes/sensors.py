@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from tide_contracts.draft_pool import for_target
-from tide_contracts.registry import DraftRegistry, RegistryError
+from tide_contracts.draft_pool import DomainSignature, for_target
+from tide_contracts.registry import CaptureObject, DraftRegistry, RegistryError
 from tide_operator.adapters.cluster import Cluster
 from tide_operator.adapters.prometheus_adapter import PrometheusAdapter, PrometheusUnavailable
 from tide_operator.adapters.prometheus_adapter_metrics import observation
 from tide_operator.adapters.prometheus_adapter_queries import DeploymentKey
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.conditions import Reason
+from tide_operator.control.draft_return import TrafficSignatures, window_signature
 from tide_operator.control.lifecycle import (
     LifecycleState,
     RecallObservation,
@@ -57,7 +59,7 @@ def read_sensors(name: str, namespace: str, spec: TideDeploymentSpec, state: Pol
         captures = tuple(registry.list_captures())
         buffer_samples = sum(c.samples for c in captures if c.last_modified > launched_at)
         training = trainer_outcome(name, namespace, state, cluster, registry)
-        pool = pooled_drafts(registry, spec, state, served, buffer_samples)
+        pool, traffic = pooled_drafts(registry, spec, state, served, buffer_samples, captures)
         recall = recall_outcome(name, namespace, state, cluster, registry)
     except STORAGE_ERRORS as e:
         return SensorReading(None, f"S3 {spec.storage.s3.bucket}: {e}", error_reason=Reason.STORAGE_UNREACHABLE)
@@ -65,7 +67,7 @@ def read_sensors(name: str, namespace: str, spec: TideDeploymentSpec, state: Pol
     candidate = lifecycle.candidate if lifecycle.phase is LifecyclePhase.CANARY else None
     seen = observation(metrics, served_version=served, candidate_version=candidate)
     return SensorReading(replace(seen, promoted_version=served, buffer_samples=buffer_samples, training=training,
-                                 pool=pool, recall=recall), captures=captures)
+                                 pool=pool, recall=recall, traffic=traffic), captures=captures)
 
 
 def served_version(registry: DraftRegistry, spec: TideDeploymentSpec) -> str | None:
@@ -199,20 +201,41 @@ def _evaluated(run: str, registry: DraftRegistry) -> TrainingObservation:
 
 # ---- the draft pool's recall (issue 16) ------------------------------------------------------------
 def pooled_drafts(registry: DraftRegistry, spec: TideDeploymentSpec, state: PolicyState, served: str | None,
-                  buffer_samples: int) -> tuple[str, ...]:
-    """The pool's other drafts of this target, most recently served first; read only when a recall could be
-    due (lifecycle_recall.recall_due but for the pool itself), so pool.json is not read every pass.
+                  buffer_samples: int, captures: Sequence[CaptureObject] = (),
+                  ) -> tuple[tuple[str, ...], TrafficSignatures | None]:
+    """The pool's other drafts of this target, most recently served first, and the newest captures' signature
+    against theirs and the served draft's (draft_return.py). pool.json is read only when a recall could be
+    due (lifecycle_recall.recall_due but for the pool itself) or a return could show, not every pass.
 
     ``initial`` (the launch draft) only while the spec names one: the evaluation Job and the canary load it
     from there. Never the served draft.
     """
-    if not _recall_may_be_due(spec, state.lifecycle, buffer_samples):
-        return ()
+    window = _return_window(spec, state.lifecycle, captures)
+    if window is None and not _recall_may_be_due(spec, state.lifecycle, buffer_samples):
+        return (), None
     current, _ = registry.pool()
     entries = for_target(current, spec.target.revision, None).entries
     ordered = sorted(entries, key=lambda e: (-e.last_served_at, e.version))
     launch = () if spec.draft.initial else (INITIAL_VERSION,)
-    return tuple(e.version for e in ordered if e.version not in (served, *launch))
+    others = tuple(e for e in ordered if e.version not in (served, *launch))
+    traffic = None
+    if window is not None:
+        own = next((e.signature for e in entries if e.version == served), None)
+        traffic = TrafficSignatures(window, own, tuple((e.version, e.signature) for e in others if e.signature))
+    return tuple(e.version for e in others), traffic
+
+
+def _return_window(spec: TideDeploymentSpec, lifecycle: LifecycleState,
+                   captures: Sequence[CaptureObject]) -> DomainSignature | None:
+    """Collecting after a promotion since the last shift (lifecycle._returned): the signature of the newest
+    recallSampleThreshold requests captured in this phase, from the capture objects' metadata."""
+    pool = spec.control.draft_pool
+    promoted = lifecycle.last_promotion_at
+    if not (pool.recall and spec.control.draft_pin is None and lifecycle.phase is LifecyclePhase.COLLECTING
+            and not lifecycle.recall_only and promoted is not None
+            and (lifecycle.shift_at is None or promoted >= lifecycle.shift_at)):
+        return None
+    return window_signature(captures, lifecycle.phase_since or promoted, pool.recall_sample_threshold)
 
 
 def _recall_may_be_due(spec: TideDeploymentSpec, lifecycle: LifecycleState, buffer_samples: int) -> bool:

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from tide_contracts.draft_pool import DraftPool, PoolEntry
+from tide_contracts.draft_pool import DomainSignature, DraftPool, PoolEntry
 from tide_contracts.recall import RecallReport, RecallScore
 from tide_contracts.registry import CaptureObject, PromotedPointer, RegistryError
+from tide_contracts.signature import PROJECTION
 from tide_operator.api import parse_spec
 from tide_operator.control.lifecycle import LifecycleState, Phase, RecallObservation, TrainingStatus
 from tide_operator.control.policy import PolicyState
@@ -70,19 +71,19 @@ def state(lifecycle: LifecycleState = DUE, **changes: Any) -> PolicyState:
 
 def test_the_pool_is_the_other_drafts_most_recently_served_first_the_launch_draft_included() -> None:
     registry = PoolRegistry(POOL)
-    assert pooled_drafts(registry, spec(), state(), "v3", buffer_samples=150) == ("v2", "v1", "initial")  # type: ignore[arg-type]
+    assert pooled_drafts(registry, spec(), state(), "v3", buffer_samples=150)[0] == ("v2", "v1", "initial")  # type: ignore[arg-type]
     assert registry.reads == 1
 
 
 def test_the_launch_draft_serving_is_not_offered() -> None:
-    assert pooled_drafts(PoolRegistry(POOL), spec(), state(), "initial", 150) == ("v3", "v2", "v1")  # type: ignore[arg-type]
+    assert pooled_drafts(PoolRegistry(POOL), spec(), state(), "initial", 150)[0] == ("v3", "v2", "v1")  # type: ignore[arg-type]
 
 
 def test_initial_is_not_offered_once_the_spec_names_no_launch_draft() -> None:
     """An index written while spec.draft.initial was set: neither the evaluation nor a canary could load it."""
     bootstrap = parse_spec({"target": {"model": "m", "revision": "r1"}, "storage": {"s3": {"bucket": "tide"}},
                             "control": {"draftPool": {"recallSampleThreshold": 100}}})
-    assert pooled_drafts(PoolRegistry(POOL), bootstrap, state(), "v3", 150) == ("v2", "v1")  # type: ignore[arg-type]
+    assert pooled_drafts(PoolRegistry(POOL), bootstrap, state(), "v3", 150)[0] == ("v2", "v1")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("the_spec", "policy", "buffer"), [
@@ -97,13 +98,13 @@ def test_initial_is_not_offered_once_the_spec_names_no_launch_draft() -> None:
 ])
 def test_pool_json_is_read_only_when_a_recall_could_be_due(the_spec: Any, policy: PolicyState, buffer: int) -> None:
     registry = PoolRegistry(POOL)
-    assert pooled_drafts(registry, the_spec, policy, "v3", buffer) == ()  # type: ignore[arg-type]
+    assert pooled_drafts(registry, the_spec, policy, "v3", buffer)[0] == ()  # type: ignore[arg-type]
     assert registry.reads == 0
 
 
 def test_a_pool_kept_for_another_target_offers_nothing() -> None:
     other = POOL.model_copy(update={"target_revision": "r0"})
-    assert pooled_drafts(PoolRegistry(other), spec(), state(), "v3", 150) == ()  # type: ignore[arg-type]
+    assert pooled_drafts(PoolRegistry(other), spec(), state(), "v3", 150)[0] == ()  # type: ignore[arg-type]
 
 
 # ---- the evaluation Job while Recalling -------------------------------------------------------------------
@@ -213,3 +214,44 @@ def test_read_sensors_fills_the_pool_and_the_recall_outcome() -> None:
     assert recalling.observation.pool == ()
     assert recalling.observation.recall == RecallObservation(RUN, TrainingStatus.SUCCEEDED, "v1", 2.4, 1.6)
     assert registry.reads == 1  # pool.json once, in the pass a recall could be due
+
+
+# ---- a return of traffic, from the capture objects' signatures --------------------------------------------------
+def _signature(center: float) -> DomainSignature:
+    return DomainSignature(mean=(center, -center), std=(1.0, 1.0), tokens=100, projection=PROJECTION)
+
+
+AFTER_PROMOTION = LifecycleState(phase=Phase.COLLECTING, phase_since=2000.0, shift_at=SHIFT,
+                                 recalled_for_shift=SHIFT, last_promotion_at=2000.0)
+SIGNED_POOL = DraftPool(target_revision="r1", entries=(
+    entry("initial", 5.0), entry("v1", 10.0).model_copy(update={"signature": _signature(1.0)}),
+    entry("v2", 30.0).model_copy(update={"signature": _signature(5.0)})))
+
+
+def _captures(center: float, at: float = 2100.0) -> list[CaptureObject]:
+    return [CaptureObject(f"ns/chat/captures/c{i}", 10, at + i, 60, _signature(center)) for i in range(2)]
+
+
+def test_collecting_after_a_promotion_reads_the_newest_captures_against_the_pool() -> None:
+    registry = PoolRegistry(SIGNED_POOL)
+    pool, traffic = pooled_drafts(registry, spec(), state(AFTER_PROMOTION), "v2", 0,  # type: ignore[arg-type]
+                                  _captures(1.0))
+    assert (pool, registry.reads) == (("v1", "initial"), 1)
+    assert traffic is not None
+    assert traffic.served == _signature(5.0)  # v2's training traffic
+    assert traffic.pooled == (("v1", _signature(1.0)),)  # the launch draft has no signature to compare
+    assert traffic.window.tokens == 200
+    assert traffic.window.mean == pytest.approx((1.0, -1.0))
+
+
+@pytest.mark.parametrize(("lifecycle", "captures"), [
+    (AFTER_PROMOTION, _captures(1.0, at=1900.0)),  # captured before this phase: the round's old traffic
+    (AFTER_PROMOTION, _captures(1.0)[:1]),  # 60 of the 100 requests the window needs
+    (replace(AFTER_PROMOTION, last_promotion_at=900.0), _captures(1.0)),  # the shift's own recall is pending
+    (replace(AFTER_PROMOTION, phase=Phase.TRAINING), _captures(1.0)),
+])
+def test_no_return_window_outside_collecting_after_a_promotion(lifecycle: LifecycleState,
+                                                                captures: list[CaptureObject]) -> None:
+    registry = PoolRegistry(SIGNED_POOL)
+    assert pooled_drafts(registry, spec(), state(lifecycle), "v2", 0, captures) == ((), None)  # type: ignore[arg-type]
+    assert registry.reads == 0

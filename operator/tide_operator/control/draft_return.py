@@ -1,0 +1,83 @@
+"""Traffic back on a pooled draft's domain, seen in the captures' signatures (issue 16).
+
+Acceptance tells a return home only when the served draft does worse or better there than away. A
+draft adapted away can serve both domains alike and still do worse at home than the draft it
+replaced: in the whole-loop e2e, v2 (prose, trained from the code draft v1) accepted 2.85 on code
+and 2.88 on prose, where v1 had served code at 3.36; neither a fall nor a rise was seen.
+
+While capture is on, every shard carries its rows' domain signature in its metadata
+(tide_contracts.signature), and every pooled draft the signature of the traffic it was trained on
+(its manifest's). When the newest captures are clearly nearer a pooled draft's traffic than the
+served draft's, the traffic returned: the lifecycle treats it as a shift and scores the pool on it
+(lifecycle_recall.py); the evaluation, not the signature, decides whether anything is recalled
+(docs/draft-pool.md: the signature ranks domains, it cannot tell a good draft from a bad one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tide_contracts.draft_pool import DomainSignature, signature_distance
+from tide_contracts.registry import CaptureObject
+from tide_contracts.signature import merge_signatures
+
+# The newest window must be this many times nearer the pooled draft's traffic than the served draft's:
+# a mixed window sits about as near both and is no return (tiny target, code and prose: a whole-domain
+# window 27-135x, three quarters of one domain 2.7-8x, half and half 0.8-1.2x).
+RETURN_RATIO = 4.0
+# And this far from the served draft's traffic at least (symmetric KL per dimension): two drafts of one
+# domain have near-equal signatures, whose ratio is noise (tiny target: 64 requests of one domain lie
+# 0.001-0.003 from another sample of it, 0.07-0.09 from the other domain).
+MIN_RETURN_DISTANCE = 0.02
+# Objects without a signature (an older plugin, a dropped HEAD): the window is judged only when at
+# most this share of its requests lack one.
+MAX_UNSIGNED_SHARE = 0.2
+
+
+@dataclass(frozen=True)
+class TrafficSignatures:
+    """What a return is judged on: the newest captures' signature and the drafts' training traffic."""
+
+    window: DomainSignature
+    served: DomainSignature | None  # the served draft's (None: the launch draft, or a manifest without one)
+    pooled: tuple[tuple[str, DomainSignature], ...]  # the pool's other drafts that have one
+
+
+def window_signature(captures: Sequence[CaptureObject], since: float, min_samples: int) -> DomainSignature | None:
+    """The newest captures written after ``since``, newest first until they hold ``min_samples`` requests.
+
+    None when fewer were captured since, or too many of them carry no signature to say what they are.
+    """
+    recent = sorted((c for c in captures if c.last_modified > since), key=lambda c: (c.last_modified, c.key),
+                    reverse=True)
+    window: list[CaptureObject] = []
+    for capture in recent:
+        window.append(capture)
+        if sum(c.samples for c in window) >= min_samples:
+            break
+    total = sum(c.samples for c in window)
+    unsigned = sum(c.samples for c in window if c.signature is None)
+    if total < min_samples or unsigned > MAX_UNSIGNED_SHARE * total:
+        return None
+    try:
+        return merge_signatures(c.signature for c in window if c.signature is not None)
+    except ValueError:  # shards of different projections (pods of two plugin versions): no verdict
+        return None
+
+
+def returned_to(traffic: TrafficSignatures, ratio: float = RETURN_RATIO,
+                min_distance: float = MIN_RETURN_DISTANCE) -> str | None:
+    """The pooled draft whose training traffic the window is clearly nearest, if the served draft's is not."""
+    if traffic.served is None or not traffic.pooled:
+        return None
+    try:
+        from_served = signature_distance(traffic.window, traffic.served)
+        ranked = sorted((signature_distance(traffic.window, sig), version) for version, sig in traffic.pooled
+                        if sig.projection == traffic.window.projection and len(sig.mean) == len(traffic.window.mean))
+    except ValueError:  # the served draft's signature is of another projection: nothing to compare with
+        return None
+    if not ranked or from_served < min_distance:
+        return None
+    nearest, version = ranked[0]
+    return version if from_served >= ratio * nearest else None
