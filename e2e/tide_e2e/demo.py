@@ -246,8 +246,9 @@ def upload_seed_draft(endpoint: str, out: Path) -> None:
         s3.put_object(Bucket="tide", Key=f"drafts/initial/{f.name}", Body=f.read_bytes())
 
 
-def run_full(state_dir: Path, plot: Path) -> None:
-    """The whole loop with real vLLM pods and the real trainer (tide_e2e.whole_loop), then the plot."""
+def run_full(state_dir: Path, plot: Path, return_home: bool = False) -> None:
+    """The whole loop with real vLLM pods and the real trainer (tide_e2e.whole_loop), then the plot;
+    ``return_home``: code -> prose -> code, the code draft recalled from the draft pool on the return."""
     from tide_e2e.whole_loop import LoopSettings, WholeLoop, summary_table
 
     say("Building or reusing Kubernetes v1.20.2 binaries, the tiny target and its launch draft (cached)")
@@ -263,7 +264,7 @@ def run_full(state_dir: Path, plot: Path) -> None:
         for name, value in (("AWS_ACCESS_KEY_ID", "demo"), ("AWS_SECRET_ACCESS_KEY", "demo")):
             os.environ.setdefault(name, value)  # loopback moto accepts any key
         say(f"Control plane up; KUBECONFIG={info.kubeconfig}; S3 (moto) at {endpoint}")
-        settings = LoopSettings(namespace="llm")
+        settings = LoopSettings(namespace="llm", return_home=return_home)
         result = WholeLoop(api_client(info), info, endpoint, settings, say=say).run()
         write_plot(info, settings.namespace, settings.name, plot)
         say("Summary:\n" + summary_table(result))
@@ -286,13 +287,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", action="store_true",
                         help="simulated vLLM pods (about a minute): the operator story and speculation on/off")
     parser.add_argument("--plot", type=Path, default=Path("tide-demo.png"), help="PNG the full demo writes")
+    parser.add_argument("--return-home", action="store_true",
+                        help="the full demo goes code -> prose -> code: the code draft is recalled from the draft "
+                             "pool on the return, with no training (about 10 minutes more)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="tide-demo-") as tmp:
         try:
             if args.fast:
                 run(Path(tmp) / "plane")
             else:
-                run_full(Path(tmp) / "plane", args.plot)
+                run_full(Path(tmp) / "plane", args.plot, args.return_home)
         except KeyboardInterrupt:
             say("Interrupted; everything was stopped.")
             return 130

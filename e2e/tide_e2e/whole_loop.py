@@ -62,6 +62,13 @@ class LoopSettings:
     trainer_args: tuple[str, ...] = ("--ttt-steps", "3", "--epochs", "4", "--max-steps", "120", "--lr", "0.002",
                                      "--batch-size", "8", "--eval-fraction", "0.15", "--window-shards", "24",
                                      "--log-every", "20")
+    # code -> prose -> code (issue 16): domain A stays until a draft trained on it is promoted (the home
+    # draft), and after the prose round traffic returns to code, where the home draft must be recalled
+    # from the draft pool with no training run.
+    return_home: bool = False
+    recall_sample_threshold: int = 64  # captured requests the pool's evaluation scores on
+    home_measure_s: float = 60.0  # acceptance on the returned traffic, once the home draft serves again
+    return_timeout_s: float = 900.0
 
 
 @dataclass
@@ -74,7 +81,9 @@ class Transition:
 
 @dataclass
 class LoopResult:
-    acceptance: dict[str, float] = field(default_factory=dict)  # before_shift, after_shift, after_promotion
+    # before_shift, after_shift, after_promotion; with return_home also home_draft (domain A, the draft trained
+    # on it) and after_return (domain A again, once that draft serves again)
+    acceptance: dict[str, float] = field(default_factory=dict)
     phase_s: dict[str, float] = field(default_factory=dict)  # wall time of each phase
     transitions: list[Transition] = field(default_factory=list)
     shift_detected_at: list[float] = field(default_factory=list)  # seconds from the start, each rising edge
@@ -88,6 +97,14 @@ class LoopResult:
     requests_failed: list[str] = field(default_factory=list)
     trainer_jobs: list[str] = field(default_factory=list)
     encryption: EncryptionAudit | None = None  # every object of the bucket read back at the end
+    # return_home: the draft trained on domain A, the one trained on B, when traffic returned to A (seconds
+    # from the start) and how long until every pod served the home draft again
+    home_version: str | None = None
+    away_version: str | None = None
+    return_at: float | None = None
+    recall_s: float | None = None
+    jobs_created: dict[str, float] = field(default_factory=dict)  # Job name -> created, seconds from the start
+    history_after_return: list[HistoryEntry] = field(default_factory=list)
 
 
 def operator_config(work_dir: Path, settings: LoopSettings) -> dict[str, Any]:
@@ -116,6 +133,7 @@ def deployment(settings: LoopSettings, target: Path, revision: str, draft: Path,
                 # Every writer encrypts (issue 13): captures (pods), candidates (trainer), drafts (operator).
                 "capture": {"enabled": True, "samplingPercent": 100, "serverSideEncryption": "AES256"},
                 "training": {"sampleThreshold": settings.sample_threshold, "backoff": "20s"},
+                "draftPool": {"recallSampleThreshold": settings.recall_sample_threshold},
                 # Two servers share two cores with the trainer: per-pod throughput is noise here, so
                 # only acceptance length (hardware-independent, the primary metric) decides.
                 "canary": {"replicas": 1, "analysisWindow": "60s", "minAcceptanceLengthGainPercent": 2,
@@ -205,6 +223,8 @@ class WholeLoop:
         r.acceptance["before_shift"] = self.measure(
             f"{DOMAIN_A}, launch draft", lambda: wait_requests(traffic, DOMAIN_A, self.s.domain_a_requests, 600))
         r.phase_s["domain_a"] = time.monotonic() - started
+        if self.s.return_home:
+            self.home_round(traffic)
 
         self.say(f"Traffic shifts to {DOMAIN_B}")
         traffic.switch(DOMAIN_B)
@@ -220,6 +240,40 @@ class WholeLoop:
         time.sleep(5)
         r.acceptance["after_promotion"] = self.measure(f"{DOMAIN_B}, promoted draft")
         self._phase_walls(shifted)
+        if self.s.return_home:
+            self.return_home(traffic)
+
+    def home_round(self, traffic: Traffic) -> None:
+        """Domain A until a draft trained on it serves every pod: the draft the pool must give back later."""
+        r, started = self.result, time.monotonic()
+        self.say(f"Traffic stays on {DOMAIN_A} until the loop promotes a draft trained on it")
+        _wait(self.promoted, f"a draft trained on {DOMAIN_A} promoted to every pod", self.s.timeout_s)
+        r.home_version = next(iter(self.pod_drafts().values()))
+        r.phase_s["home_round"] = time.monotonic() - started
+        time.sleep(5)
+        r.acceptance["home_draft"] = self.measure(f"{DOMAIN_A}, {r.home_version} (trained on {DOMAIN_A})")
+
+    def promoted(self) -> bool:
+        """Every pod serves a promoted version other than the home draft (which the B round replaces)."""
+        drafts = self.pod_drafts()
+        return len(drafts) == 2 and all(v is not None and v.startswith("v") and v != self.result.home_version
+                                        for v in drafts.values())
+
+    def return_home(self, traffic: Traffic) -> None:
+        """Back to domain A: the home draft is recalled from the pool, with no training run."""
+        r = self.result
+        r.away_version = next(iter(self.pod_drafts().values()))
+        self.say(f"Traffic returns to {DOMAIN_A}; {r.away_version} serves, {r.home_version} is in the draft pool")
+        traffic.switch(DOMAIN_A)
+        returned = time.monotonic()
+        r.return_at = returned - self.t0
+        _wait(lambda: set(self.pod_drafts().values()) == {r.home_version} and len(self.pod_drafts()) == 2,
+              f"{r.home_version} recalled to every pod", self.s.return_timeout_s)
+        r.recall_s = time.monotonic() - returned
+        self.say(f"  {r.home_version} serves every pod again {r.recall_s:.0f}s after the return")
+        r.acceptance["after_return"] = self.measure(f"{DOMAIN_A}, {r.home_version} recalled",
+                                                    lambda: time.sleep(self.s.home_measure_s))
+        r.history_after_return = self.registry().history()
 
     def measure(self, what: str, window: Callable[[], None] | None = None) -> float:
         """Mean acceptance length over the window (default measure_s), from every pod's own vLLM counters."""
@@ -231,10 +285,6 @@ class WholeLoop:
         length = 1.0 + accepted / drafts if drafts > 0 else float("nan")
         self.say(f"  acceptance length on {what}: {length:.3f} ({drafts:.0f} drafts in {took:.0f}s)")
         return length
-
-    def promoted(self) -> bool:
-        drafts = self.pod_drafts()
-        return len(drafts) == 2 and all(v is not None and v.startswith("v") for v in drafts.values())
 
     def _phase_walls(self, shifted: float) -> None:
         """Time in each lifecycle phase from the shift to the first promotion, as the watcher saw it."""
@@ -352,9 +402,12 @@ class WholeLoop:
             out[url] = draft.version if draft else None
         return out
 
-    def read_registry(self) -> None:
+    def registry(self) -> DraftRegistry:
         s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
-        registry = DraftRegistry(s3, self.s.bucket, f"{self.s.namespace}/{self.s.name}")
+        return DraftRegistry(s3, self.s.bucket, f"{self.s.namespace}/{self.s.name}")
+
+    def read_registry(self) -> None:
+        registry = self.registry()
         r = self.result
         r.pointer, _ = registry.promoted()
         if r.pointer is not None:
@@ -368,7 +421,10 @@ class WholeLoop:
         items.sort(key=lambda e: (e.first_timestamp or e.event_time or e.metadata.creation_timestamp,
                                   e.metadata.creation_timestamp))
         r.events = [(e.reason or "", e.message or "") for e in items]
-        r.trainer_jobs = sorted(j.metadata.name for j in self.batch.list_namespaced_job(self.s.namespace).items)
+        jobs = self.batch.list_namespaced_job(self.s.namespace).items
+        r.trainer_jobs = sorted(j.metadata.name for j in jobs)
+        wall_t0 = time.time() - (time.monotonic() - self.t0)
+        r.jobs_created = {j.metadata.name: j.metadata.creation_timestamp.timestamp() - wall_t0 for j in jobs}
         r.requests_ok, r.requests_failed = traffic.stats.total_ok, list(traffic.stats.failed)
 
 
@@ -388,10 +444,14 @@ def _wait(probe: Callable[[], Any], what: str, timeout_s: float) -> Any:
 def summary_table(result: LoopResult) -> str:
     rows = [("acceptance length, before the shift", result.acceptance.get("before_shift")),
             ("acceptance length, after the shift", result.acceptance.get("after_shift")),
-            ("acceptance length, after promotion", result.acceptance.get("after_promotion"))]
+            ("acceptance length, after promotion", result.acceptance.get("after_promotion")),
+            ("acceptance length, home draft", result.acceptance.get("home_draft")),
+            ("acceptance length, after the return", result.acceptance.get("after_return"))]
     lines = [f"{name:40s} {value:8.3f}" for name, value in rows if value is not None]
     lines += [f"{'wall time, ' + k.replace('_', ' '):40s} {v:7.0f}s" for k, v in result.phase_s.items()]
     lines.append(f"{'requests served / failed':40s} {result.requests_ok:8d} / {len(result.requests_failed)}")
+    if result.recall_s is not None:
+        lines.append(f"{'recall time (return -> home draft served)':40s} {result.recall_s:7.0f}s")
     if result.pointer is not None:
         lines.append(f"{'promoted.json':40s} {result.pointer.version} (run {result.pointer.run_id})")
     # What a failed run needs next (the assertions come after this table): why requests failed, every Event.

