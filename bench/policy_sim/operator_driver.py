@@ -42,11 +42,22 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from bench.policy_sim import prometheus as prom
-from bench.policy_sim.world import MAX_BATCH_SIZE, RATE_WINDOW_S, REPLICAS, Deployment, Draft, G, RecallJob, World
+from bench.policy_sim.world import (
+    MAX_BATCH_SIZE,
+    RATE_WINDOW_S,
+    REPLICAS,
+    Deployment,
+    Draft,
+    G,
+    RecallJob,
+    World,
+    capture_objects,
+)
 from tide_contracts.draft_pool import DEFAULT_MAX_DRAFTS, DraftPool, served
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.status import Phase, TideDeploymentStatus
 from tide_operator.control import actions as act
+from tide_operator.control.draft_return import TrafficSignatures, against_pool, return_window
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.lifecycle import RecallObservation, TrainingObservation, TrainingStatus
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState
@@ -117,7 +128,8 @@ class SimEffects:
             promoted = self.dep.pointer = self.dep.versions[action.candidate]
         else:
             self.dep.promotions += 1
-            promoted = Draft(f"v{self.dep.promotions}", self.dep.versions[action.candidate].live)
+            candidate = self.dep.versions[action.candidate]
+            promoted = Draft(f"v{self.dep.promotions}", candidate.live, candidate.signature)
             self.dep.versions[promoted.name] = self.dep.pointer = promoted
         self._record(promoted.name)  # record_promotion: the next pass's note_served does not record it again
         self._load(promoted, None)
@@ -154,7 +166,9 @@ class SimEffects:
         return swapped
 
     def _record(self, version: str) -> None:
-        self.pool, _ = served(self.pool, version, self.now, max_drafts=self.max_drafts)
+        draft = self.dep.versions.get(version)  # the manifest's signature; the launch draft has none
+        self.pool, _ = served(self.pool, version, self.now, draft.signature if draft else None,
+                              max_drafts=self.max_drafts)
         self.recorded = version
 
     def _load(self, draft: Draft, pods: set[str] | None) -> None:
@@ -164,7 +178,7 @@ class SimEffects:
 
 
 def sense(world: World, dep: Deployment, state: PolicyState, t: float,
-          pool: DraftPool | None = None) -> SensorReading:
+          pool: DraftPool | None = None, recall_threshold: int = 0) -> SensorReading:
     """read_sensors + _with_fleet, from the world."""
     v = prom.view(world, dep, t)
     lifecycle = state.lifecycle
@@ -185,8 +199,18 @@ def sense(world: World, dep: Deployment, state: PolicyState, t: float,
         ready_pods=tuple(p.name for p in dep.pods),
         pool=pooled(pool, dep.pointer.name),
         recall=_recall_outcome(dep, state),
+        traffic=_traffic(dep, state, pool, recall_threshold),
     )
     return SensorReading(observation)
+
+
+def _traffic(dep: Deployment, state: PolicyState, pool: DraftPool | None,
+             recall_threshold: int) -> TrafficSignatures | None:
+    """sensors.pooled_drafts' return window: the newest captures' signatures against the pool's."""
+    if pool is None or not recall_threshold:
+        return None
+    window = return_window(state.lifecycle, capture_objects(dep.buffer), recall_threshold)
+    return against_pool(window, pool, dep.pointer.name, pooled(pool, dep.pointer.name)) if window else None
 
 
 def pooled(pool: DraftPool | None, served_version: str) -> tuple[str, ...]:
@@ -245,7 +269,8 @@ class OperatorPolicy:
         self.draft.events.clear()
         self.draft.now = datetime.fromtimestamp(t, UTC)
         self.effects.note_served()
-        control_pass(self.draft, self.params, sense(self.world, self.dep, state, t, self.effects.pool), self.effects, t)
+        seen = sense(self.world, self.dep, state, t, self.effects.pool, self.effects.recall_threshold)
+        control_pass(self.draft, self.params, seen, self.effects, t)
 
     def before_step(self, i: int) -> None:
         return None

@@ -13,6 +13,10 @@ What it can punish, and why the numbers:
   engine share is measured on a GPU. A trainer Job costs 1% while it runs: it trains on the training
   pool (other GPUs), so only its reads of the buffer share the serving pods' storage and network.
 - True draft and verify costs are 5% above the operator's profile (TIDE: its model within 9%).
+- Capture signatures (tide_contracts.signature, the operator's return detection, issue 16): each domain's
+  rows are a unit Gaussian per dimension around its own direction, two domains 0.08 apart (symmetric KL
+  per dimension), as code and prose are on the tiny target (docs/draft-pool.md); a shard's signature is
+  exactly the mixture of its weights' domains, and a trained draft keeps its window's.
 Noise is paired: every policy of a scenario reads the same noise at the same scrape, tick or step
 (arrays indexed by time and by the tick a run was launched at), not in the order it happens to ask.
 """
@@ -24,7 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.policy_sim.generator import STEP_S, TICK_S, Scenario
+from tide_contracts.draft_pool import DomainSignature
 from tide_contracts.registry import CaptureObject
+from tide_contracts.signature import PROJECTION, SIGNATURE_DIMENSIONS
 from tide_operator.config import OperatorConfig, TrainerConfig
 from tide_operator.control.cost_model import DEFAULT_PROFILE, expected_acceptance_length, tokens_for_batch_size
 from tide_operator.control.lifecycle import CaptureParams
@@ -45,6 +51,9 @@ RATE_WINDOW_S = OperatorConfig().prometheus_window_seconds  # the operator's que
 # averages one innovation per scrape interval, so queries whose windows overlap share that part of their
 # noise (two passes 30 s apart over 60 s windows: correlation 0.5), as Prometheus' increase() does.
 ACCEPTANCE_NOISE, THROUGHPUT_NOISE, BATCH_NOISE = 0.03, 0.03, 0.10
+# A domain's direction in signature space: 0.8 on one dimension of its own (0.8^2 x 2 / 16 = 0.08 apart).
+SIGNATURE_SEPARATION = 0.8
+TOKENS_PER_SAMPLE = 128  # captured rows per request (the e2e's 32-token prompts and 96 new tokens)
 # Per-version counters: drafts, drafted tokens, accepted tokens, accepted at position 0, generated, pod-steps.
 DRAFTS, DRAFT_TOKENS, ACCEPTED, POSITION0, GENERATED, POD_STEPS = range(6)
 
@@ -66,10 +75,25 @@ def base_rate(b: float) -> float:
     return b / (1 + b / 320.0)
 
 
+def traffic_signature(weights: tuple[float, ...], samples: float) -> DomainSignature:
+    """The capture signature of ``samples`` requests of the domain mix ``weights``: a mixture of unit Gaussians."""
+    mean, second = [0.0] * SIGNATURE_DIMENSIONS, [0.0] * SIGNATURE_DIMENSIONS
+    total = sum(weights) or 1.0
+    for d, w in enumerate(weights):
+        for j in range(SIGNATURE_DIMENSIONS):
+            mu = SIGNATURE_SEPARATION if j == d % SIGNATURE_DIMENSIONS else 0.0
+            mean[j] += w / total * mu
+            second[j] += w / total * (1.0 + mu * mu)
+    std = tuple(max(s - m * m, 1e-12) ** 0.5 for s, m in zip(second, mean, strict=True))
+    return DomainSignature(mean=tuple(mean), std=std, tokens=max(1, round(samples * TOKENS_PER_SAMPLE)),
+                           projection=PROJECTION)
+
+
 @dataclass(frozen=True)
 class Draft:
     name: str  # the version its pods report: "initial", "vN", or a candidate's run id
     live: tuple[float, ...]  # true per-token acceptance per domain
+    signature: DomainSignature | None = None  # of the window it was trained on (its manifest's); launch: None
 
     def acceptance(self, weights: tuple[float, ...]) -> float:
         return sum(w * a for w, a in zip(weights, self.live, strict=True))
@@ -220,7 +244,8 @@ class World:
         base_a = sum(s * p for s, p in zip(shares, dep.pointer.live, strict=True))
         eval_length = expected_acceptance_length(eval_a, G) * (1 + self.noise.eval[k, 0])
         baseline = expected_acceptance_length(base_a, G) * (1 + self.noise.eval[k, 1])
-        dep.job = Job(run_id, t + self.params.training_s, Draft(run_id, live), eval_length, baseline)
+        signature = traffic_signature(shares, sum(n for _, n, _ in window) or SAMPLE_THRESHOLD)
+        dep.job = Job(run_id, t + self.params.training_s, Draft(run_id, live, signature), eval_length, baseline)
         dep.versions[run_id] = dep.job.candidate
         dep.samples_since_launch = 0.0
 
@@ -247,6 +272,11 @@ class World:
             forgotten = self.params.forgetting * (1 - s) * max(0.0, p - self.scenario.forgotten_level(d))
             out.append(min(gained - forgotten, self.scenario.ceilings[d]))
         return tuple(out)
+
+
+def capture_objects(buffer: list[Entry]) -> list[CaptureObject]:
+    """The buffer as production's listing sees it: samples and each shard's signature from its metadata."""
+    return [CaptureObject(str(i), 0, at, round(n), traffic_signature(w, n)) for i, (at, n, w) in enumerate(buffer)]
 
 
 def claimed(buffer: list[Entry], t: float, captured_since: float | None, min_samples: int) -> list[Entry]:

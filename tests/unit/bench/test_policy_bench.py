@@ -246,3 +246,51 @@ def test_a_recalled_initial_serves_the_launch_draft_again_and_touches_the_pool()
     seen = sense(world, policy.dep, PolicyState(), 1530.0, policy.effects.pool).observation
     assert seen.promoted_version == "initial"
     assert seen.pool == ("v1",)
+
+
+# ---- the capture signatures the operator sees a return in (issue 16) ----------------------------------------
+def test_the_worlds_domains_are_as_far_apart_as_code_and_prose_and_a_mix_lies_between() -> None:
+    from bench.policy_sim.world import traffic_signature
+    from tide_contracts.draft_pool import signature_distance
+    from tide_operator.control.draft_return import TrafficSignatures, returned_to
+
+    a, b = traffic_signature((1.0, 0.0), 64), traffic_signature((0.0, 1.0), 64)
+    assert signature_distance(a, b) == pytest.approx(0.08, abs=0.005)  # the tiny target's code vs prose
+    mixed = traffic_signature((0.5, 0.5), 64)
+    assert signature_distance(mixed, a) == pytest.approx(signature_distance(mixed, b))
+    assert returned_to(TrafficSignatures(a, served=b, pooled=(("v1", a),))) == "v1"
+    assert returned_to(TrafficSignatures(mixed, served=b, pooled=(("v1", a),))) is None
+
+
+def test_collecting_after_a_promotion_the_driver_shows_the_newest_captures_against_the_pool() -> None:
+    """sense() as read_sensors: the window of the newest captures since the phase began, the served draft's
+    training signature (a promoted draft keeps its candidate's), the pooled drafts' that have one."""
+    from dataclasses import replace
+
+    from bench.policy_sim.world import traffic_signature
+    from tide_operator.control import actions as act
+    from tide_operator.control.lifecycle import LifecycleState
+    from tide_operator.control.lifecycle import Phase as LifecyclePhase
+    from tide_operator.control.policy import PolicyState
+
+    world = World(generator.generate("recurring_pool", 11))
+    policy = OperatorPolicy(world)
+    policy.tick(0.0)
+    home, away = traffic_signature((1.0, 0.0), 2048), traffic_signature((0.0, 1.0), 2048)
+    _promoted(policy, 600.0)
+    policy.dep.versions["v1"] = replace(policy.dep.pointer, signature=home)
+    policy.effects._record("v1")
+    policy.dep.versions["r2"] = report.Draft("r2", world.scenario.launch, away)
+    policy.effects.now = 1200.0
+    policy.effects.promote(act.Promote("r2", "CanaryPassed", ""))
+    assert policy.dep.pointer.name == "v2"
+    policy.dep.buffer = [(1300.0 + i, 40.0, (1.0, 0.0)) for i in range(10)]  # back on domain 0
+    after = LifecycleState(phase=LifecyclePhase.COLLECTING, phase_since=1250.0, last_promotion_at=1250.0)
+    seen = sense(world, policy.dep, PolicyState(lifecycle=after), 1320.0, policy.effects.pool, 256).observation
+    assert seen.traffic is not None
+    assert seen.traffic.served == away
+    assert [v for v, _ in seen.traffic.pooled] == ["v1"]  # the launch draft has no signature
+    assert seen.traffic.window.tokens == 7 * 40 * 128  # the newest 280 requests: 256 or more
+    training = replace(after, phase=LifecyclePhase.TRAINING)
+    assert sense(world, policy.dep, PolicyState(lifecycle=training), 1320.0, policy.effects.pool, 256
+                 ).observation.traffic is None
