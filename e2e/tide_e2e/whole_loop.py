@@ -66,6 +66,10 @@ class LoopSettings:
     # draft), and after the prose round traffic returns to code, where the home draft must be recalled
     # from the draft pool with no training run.
     return_home: bool = False
+    # Domain A recurs as a working set of this many prompts (the same code base asked about again), which
+    # is what makes its draft worth keeping: on fresh prompts of the same domain the tiny target's code and
+    # prose drafts accept code alike (2.9-3.0), and there is rightly nothing to recall.
+    home_prompts: int = 256
     recall_sample_threshold: int = 64  # captured requests the pool's evaluation scores on
     home_measure_s: float = 60.0  # acceptance on the returned traffic, once the home draft serves again
     return_timeout_s: float = 900.0
@@ -164,7 +168,8 @@ class WholeLoop:
         _, tok, info = load_tiny_target(target)
         gen = torch.Generator().manual_seed(2026)
         # Many distinct prompts: greedy answers repeat per prompt, and the trainer's held-out split is per request.
-        prompts = {d: domain_prompts(tok, d, 1024, 32, gen).tolist() for d in (DOMAIN_A, DOMAIN_B)}
+        counts = {DOMAIN_A: self.s.home_prompts if self.s.return_home else 1024, DOMAIN_B: 1024}
+        prompts = {d: domain_prompts(tok, d, n, 32, gen).tolist() for d, n in counts.items()}
         s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
         s3.create_bucket(Bucket=self.s.bucket)
         with tempfile.TemporaryDirectory(prefix="tide-loop-train-") as work:
@@ -231,7 +236,7 @@ class WholeLoop:
         shifted = time.monotonic()
         r.shift_at = shifted - self.t0
         time.sleep(5)  # requests in flight finish on the old domain
-        r.acceptance["after_shift"] = self.measure(f"{DOMAIN_B}, launch draft")
+        r.acceptance["after_shift"] = self.measure(f"{DOMAIN_B}, {r.home_version or 'launch draft'}")
         _wait(self.promoted, "a draft promoted to every pod", self.s.timeout_s)
         r.phase_s["shift_to_promotion"] = time.monotonic() - shifted
         # The loop goes on (TIDE keeps collecting): record the first promotion as it stands now.
@@ -309,7 +314,11 @@ class WholeLoop:
             control = st.get("controlState") or {}
             lc = control.get("lifecycle") or {}
             decision = st.get("lastDecision") or {}
-            seen = (lc.get("phase", "-"), decision.get("reason", "-"))
+            # The lifecycle's own reason (TrafficReturned, AcceptanceRose, ...), which a pass without an action
+            # never puts in lastDecision; lastDecision's when the state predates it.
+            reason = control.get("lifecycle_reason") or decision.get("reason", "-")
+            message = control.get("lifecycle_message") or decision.get("message") or ""
+            seen = (lc.get("phase", "-"), reason)
             at = time.monotonic() - self.t0
             if control.get("shift_active") and not shift:
                 drift = control.get("drift") or {}
@@ -319,8 +328,8 @@ class WholeLoop:
             shift = bool(control.get("shift_active"))
             if lc and seen != last:
                 last = seen
-                self.result.transitions.append(Transition(at, seen[0], seen[1], decision.get("message") or ""))
-                self.say(f"  operator: phase={seen[0]:10s} {seen[1]}: {decision.get('message') or ''}")
+                self.result.transitions.append(Transition(at, seen[0], seen[1], message))
+                self.say(f"  operator: phase={seen[0]:10s} {seen[1]}: {message}")
             self._watching.wait(1.0)
 
     def diagnose(self) -> None:

@@ -79,7 +79,8 @@ def test_shift_is_detected_trained_canaried_and_promoted_with_real_vllm(plane, k
     # acceptance on code back to at least 95% of what v1 served there the first time.
     assert result.return_at is not None
     assert result.recall_s is not None
-    print(f"recall time: {result.recall_s:.0f}s from the return to v1 on every pod")
+    seen_as = [t.reason for t in result.transitions if t.at_s > result.return_at][:1]
+    print(f"recall time: {result.recall_s:.0f}s from the return to v1 on every pod (the return seen as {seen_as})")
     after_return = {name: at for name, at in result.jobs_created.items() if at > result.return_at}
     assert [n for n in after_return if "-train-" in n] == [], after_return
     assert [n for n in after_return if "-eval-" in n], (after_return, result.transitions[-8:])
