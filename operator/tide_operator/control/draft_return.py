@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tide_contracts.draft_pool import DomainSignature, signature_distance
+from tide_contracts.draft_pool import DomainSignature, DraftPool, signature_distance
 from tide_contracts.registry import CaptureObject
 from tide_contracts.signature import merge_signatures
+from tide_operator.control.lifecycle_types import LifecycleState, Phase
 
 # The newest window must be this many times nearer the pooled draft's traffic than the served draft's:
 # a mixed window sits about as near both and is no return (tiny target, code and prose: a whole-domain
@@ -42,6 +43,26 @@ class TrafficSignatures:
     window: DomainSignature
     served: DomainSignature | None  # the served draft's (None: the launch draft, or a manifest without one)
     pooled: tuple[tuple[str, DomainSignature], ...]  # the pool's other drafts that have one
+
+
+def return_window(lifecycle: LifecycleState, captures: Sequence[CaptureObject],
+                  sample_threshold: int) -> DomainSignature | None:
+    """Collecting after a promotion since the last shift (lifecycle._returned: before it, the pool was scored
+    on this shift's traffic already, or is about to be): the newest ``sample_threshold`` requests captured in
+    this phase. None in any other phase, or before enough were captured."""
+    promoted = lifecycle.last_promotion_at
+    if (lifecycle.phase is not Phase.COLLECTING or lifecycle.recall_only or promoted is None
+            or (lifecycle.shift_at is not None and promoted < lifecycle.shift_at)):
+        return None
+    return window_signature(captures, lifecycle.phase_since or promoted, sample_threshold)
+
+
+def against_pool(window: DomainSignature, pool: DraftPool, served: str | None,
+                 offered: Sequence[str]) -> TrafficSignatures:
+    """The window against the served draft's entry and the ``offered`` pooled drafts' that carry a signature."""
+    signatures = {e.version: e.signature for e in pool.entries}
+    pooled = tuple((v, sig) for v in offered if (sig := signatures.get(v)) is not None)
+    return TrafficSignatures(window, signatures.get(served) if served else None, pooled)
 
 
 def window_signature(captures: Sequence[CaptureObject], since: float, min_samples: int) -> DomainSignature | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tide_contracts.draft_pool import DomainSignature, for_target
+from tide_contracts.draft_pool import for_target
 from tide_contracts.registry import CaptureObject, DraftRegistry, RegistryError
 from tide_operator.adapters.cluster import Cluster
 from tide_operator.adapters.prometheus_adapter import PrometheusAdapter, PrometheusUnavailable
@@ -23,7 +23,7 @@ from tide_operator.adapters.prometheus_adapter_metrics import observation
 from tide_operator.adapters.prometheus_adapter_queries import DeploymentKey
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.conditions import Reason
-from tide_operator.control.draft_return import TrafficSignatures, window_signature
+from tide_operator.control.draft_return import TrafficSignatures, against_pool, return_window
 from tide_operator.control.lifecycle import (
     LifecycleState,
     RecallObservation,
@@ -60,7 +60,7 @@ def read_sensors(name: str, namespace: str, spec: TideDeploymentSpec, state: Pol
         buffer_samples = sum(c.samples for c in captures if c.last_modified > launched_at)
         training = trainer_outcome(name, namespace, state, cluster, registry)
         pool, traffic = pooled_drafts(registry, spec, state, served, buffer_samples, captures)
-        recall = recall_outcome(name, namespace, state, cluster, registry)
+        recall = recall_outcome(name, namespace, state, cluster, registry, launch_draft=bool(spec.draft.initial))
     except STORAGE_ERRORS as e:
         return SensorReading(None, f"S3 {spec.storage.s3.bucket}: {e}", error_reason=Reason.STORAGE_UNREACHABLE)
     lifecycle = state.lifecycle
@@ -210,32 +210,17 @@ def pooled_drafts(registry: DraftRegistry, spec: TideDeploymentSpec, state: Poli
     ``initial`` (the launch draft) only while the spec names one: the evaluation Job and the canary load it
     from there. Never the served draft.
     """
-    window = _return_window(spec, state.lifecycle, captures)
+    pool = spec.control.draft_pool
+    offered = pool.recall and spec.control.draft_pin is None
+    window = return_window(state.lifecycle, captures, pool.recall_sample_threshold) if offered else None
     if window is None and not _recall_may_be_due(spec, state.lifecycle, buffer_samples):
         return (), None
     current, _ = registry.pool()
-    entries = for_target(current, spec.target.revision, None).entries
-    ordered = sorted(entries, key=lambda e: (-e.last_served_at, e.version))
+    index = for_target(current, spec.target.revision, None)
+    ordered = sorted(index.entries, key=lambda e: (-e.last_served_at, e.version))
     launch = () if spec.draft.initial else (INITIAL_VERSION,)
-    others = tuple(e for e in ordered if e.version not in (served, *launch))
-    traffic = None
-    if window is not None:
-        own = next((e.signature for e in entries if e.version == served), None)
-        traffic = TrafficSignatures(window, own, tuple((e.version, e.signature) for e in others if e.signature))
-    return tuple(e.version for e in others), traffic
-
-
-def _return_window(spec: TideDeploymentSpec, lifecycle: LifecycleState,
-                   captures: Sequence[CaptureObject]) -> DomainSignature | None:
-    """Collecting after a promotion since the last shift (lifecycle._returned): the signature of the newest
-    recallSampleThreshold requests captured in this phase, from the capture objects' metadata."""
-    pool = spec.control.draft_pool
-    promoted = lifecycle.last_promotion_at
-    if not (pool.recall and spec.control.draft_pin is None and lifecycle.phase is LifecyclePhase.COLLECTING
-            and not lifecycle.recall_only and promoted is not None
-            and (lifecycle.shift_at is None or promoted >= lifecycle.shift_at)):
-        return None
-    return window_signature(captures, lifecycle.phase_since or promoted, pool.recall_sample_threshold)
+    others = tuple(e.version for e in ordered if e.version not in (served, *launch))
+    return others, against_pool(window, index, served, others) if window is not None else None
 
 
 def _recall_may_be_due(spec: TideDeploymentSpec, lifecycle: LifecycleState, buffer_samples: int) -> bool:
@@ -248,9 +233,10 @@ def _recall_may_be_due(spec: TideDeploymentSpec, lifecycle: LifecycleState, buff
 
 
 def recall_outcome(name: str, namespace: str, state: PolicyState, cluster: Cluster,
-                   registry: DraftRegistry) -> RecallObservation | None:
+                   registry: DraftRegistry, *, launch_draft: bool = True) -> RecallObservation | None:
     """While Recalling: the evaluation Job's status as a trainer Job's is read, and once it succeeded its
-    report's best pooled draft against the served one."""
+    report's best pooled draft against the served one (``initial`` only while the spec names a launch
+    draft: a canary and the pods load it from spec.draft.initial)."""
     lifecycle = state.lifecycle
     run = lifecycle.recall_run
     if lifecycle.phase is not LifecyclePhase.RECALLING or run is None:
@@ -268,10 +254,10 @@ def recall_outcome(name: str, namespace: str, state: PolicyState, cluster: Clust
         return RecallObservation(run, TrainingStatus.FAILED)
     if not status.get("succeeded"):
         return RecallObservation(run, TrainingStatus.RUNNING)
-    return _recall_report(run, job_name, registry)
+    return _recall_report(run, job_name, registry, launch_draft)
 
 
-def _recall_report(run: str, job_name: str, registry: DraftRegistry) -> RecallObservation:
+def _recall_report(run: str, job_name: str, registry: DraftRegistry, launch_draft: bool) -> RecallObservation:
     """The report's best pooled vN; a Job that succeeded without a readable report of its run is a failure."""
     try:
         report = registry.recall_report(run)
@@ -284,7 +270,7 @@ def _recall_report(run: str, job_name: str, registry: DraftRegistry) -> RecallOb
         log.warning("recall evaluation Job %s succeeded, but candidates/%s/recall.json %s: counted as failed",
                     job_name, run, "is missing" if report is None else f"is run {report.run_id}'s")
         return RecallObservation(run, TrainingStatus.FAILED)
-    scores = [s for s in report.scores if s.version != INITIAL_VERSION]  # never recalled (pooled_drafts)
+    scores = [s for s in report.scores if launch_draft or s.version != INITIAL_VERSION]
     best = min(scores, key=lambda s: (-s.acceptance_length, s.version), default=None)
     return RecallObservation(run, TrainingStatus.SUCCEEDED, best_version=best.version if best else None,
                              best_acceptance_length=best.acceptance_length if best else None,

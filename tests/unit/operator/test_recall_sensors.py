@@ -140,13 +140,21 @@ DEADLINE = [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]
     ([job(f"chat-eval-{RUN}", RUN, "evaluation", failed=1)], RecallObservation(RUN, TrainingStatus.FAILED)),
     ([job(f"chat-eval-{RUN}", RUN, "evaluation", failed=1, conditions=DEADLINE)],
      RecallObservation(RUN, TrainingStatus.DEADLINE_EXCEEDED)),
-    # The best pooled vN (the launch draft is never recalled), against the served draft on the same samples.
+    # The best pooled draft, the launch draft included, against the served draft on the same samples.
     ([job(f"chat-eval-{RUN}", RUN, "evaluation", succeeded=1)],
-     RecallObservation(RUN, TrainingStatus.SUCCEEDED, "v1", 2.4, 1.6)),
+     RecallObservation(RUN, TrainingStatus.SUCCEEDED, "initial", 2.9, 1.6)),
 ])
 def test_the_evaluation_jobs_outcome(jobs: list[dict[str, Any]], expected: RecallObservation) -> None:
     seen = recall_outcome("chat", "ns", RECALLING, JobCluster(jobs), PoolRegistry(None, REPORT))  # type: ignore[arg-type]
     assert seen == expected
+
+
+def test_the_launch_draft_is_recalled_only_while_the_spec_names_one() -> None:
+    """The pods and a canary load `initial` from spec.draft.initial: without it the best is a pooled vN."""
+    succeeded = JobCluster([job(f"chat-eval-{RUN}", RUN, "evaluation", succeeded=1)])
+    seen = recall_outcome("chat", "ns", RECALLING, succeeded, PoolRegistry(None, REPORT),  # type: ignore[arg-type]
+                          launch_draft=False)
+    assert seen == RecallObservation(RUN, TrainingStatus.SUCCEEDED, "v1", 2.4, 1.6)
 
 
 @pytest.mark.parametrize(("registry", "logged"), [
@@ -212,7 +220,8 @@ def test_read_sensors_fills_the_pool_and_the_recall_outcome() -> None:
     recalling = read_sensors("chat", "ns", spec(), RECALLING, NoSeries(), registry, evaluation)  # type: ignore[arg-type]
     assert recalling.observation is not None
     assert recalling.observation.pool == ()
-    assert recalling.observation.recall == RecallObservation(RUN, TrainingStatus.SUCCEEDED, "v1", 2.4, 1.6)
+    # spec() names a launch draft: `initial`, the report's best, is recalled like a vN.
+    assert recalling.observation.recall == RecallObservation(RUN, TrainingStatus.SUCCEEDED, "initial", 2.9, 1.6)
     assert registry.reads == 1  # pool.json once, in the pass a recall could be due
 
 
