@@ -32,7 +32,8 @@ t2=$SECONDS
 TIDE_VLLM_TESTS=1 .venv/bin/python -m pytest -m vllm tests/unit/trainer "$@"
 echo "== real-vLLM tier took $((SECONDS - t2))s"
 
-# End to end: the demo's whole loop as a test (real vLLM pods, the real trainer Job, ~10 minutes).
+# End to end: the demo's whole loop as a test (real vLLM pods, the real trainer Job, code -> prose -> code
+# with the draft pool's recall on the return, ~20 minutes).
 t3=$SECONDS
 report=$(mktemp)
 if ! TIDE_VLLM_TESTS=1 TIDE_E2E_REPORT="$report" .venv/bin/python -m pytest -m vllm tests/e2e "$@"; then
