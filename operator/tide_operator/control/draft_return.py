@@ -51,11 +51,17 @@ def return_window(lifecycle: LifecycleState, captures: Sequence[CaptureObject],
     """Collecting after a promotion since the last shift (lifecycle._returned: before it, the pool was scored
     on this shift's traffic already, or is about to be): the newest ``sample_threshold`` requests captured in
     this phase. None in any other phase, or before enough were captured."""
-    promoted = lifecycle.last_promotion_at
-    if (lifecycle.phase is not Phase.COLLECTING or lifecycle.recall_only or promoted is None
-            or (lifecycle.shift_at is not None and promoted < lifecycle.shift_at)):
+    if lifecycle.phase is not Phase.COLLECTING or lifecycle.recall_only or not promoted_since_shift(lifecycle):
         return None
-    return window_signature(captures, lifecycle.phase_since or promoted, sample_threshold)
+    return window_signature(captures, lifecycle.phase_since or lifecycle.last_promotion_at or 0.0, sample_threshold)
+
+
+def promoted_since_shift(lifecycle: LifecycleState) -> bool:
+    """A draft was promoted after the last shift: the pool was scored on that shift's traffic already (or
+    the shift was trained for), so only traffic that changed since is news; a return tried once is a shift
+    itself, and the next try waits for the next promotion."""
+    promoted = lifecycle.last_promotion_at
+    return promoted is not None and (lifecycle.shift_at is None or promoted >= lifecycle.shift_at)
 
 
 def against_pool(window: DomainSignature, pool: DraftPool, served: str | None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tide_operator.control import actions as act
+from tide_operator.control.draft_return import promoted_since_shift
 from tide_operator.control.lifecycle_canary import (
     canary_phase,
     evaluating,
@@ -111,13 +112,10 @@ def _traffic_changed(state: LifecycleState, inputs: LifecycleInput, params: Life
 
 
 def _returned(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams) -> bool:
-    """Collecting after a promotion since the last shift, and the newest captures back on a pooled draft's
-    domain. Before that promotion the pool was already scored on this shift's traffic (or is about to be),
-    and a return tried once is a shift itself: the next try waits for the next promotion."""
-    promoted_since_shift = state.last_promotion_at is not None and (
-        state.shift_at is None or state.last_promotion_at >= state.shift_at)
+    """Collecting after a promotion since the last shift (draft_return.promoted_since_shift), and the newest
+    captures back on a pooled draft's domain."""
     return (inputs.returned_to is not None and state.phase is Phase.COLLECTING and not state.recall_only
-            and promoted_since_shift and inputs.returned_to in inputs.pool and pool_to_try(inputs, params))
+            and promoted_since_shift(state) and inputs.returned_to in inputs.pool and pool_to_try(inputs, params))
 
 
 # Work in these phases is built on samples from before a shift: start over on fresh ones.
