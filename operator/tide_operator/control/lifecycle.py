@@ -136,6 +136,7 @@ def _recollect(state: LifecycleState, inputs: LifecycleInput, now: float, reason
         candidate_baseline=None,
         recall_only=False,
         buffer_baseline=inputs.buffer_samples,
+        training_preempted=False,  # a preempted run's samples are as stale as the rest
         rollbacks=0,
         retrain_at=None,
         not_better_runs=0,
@@ -161,6 +162,7 @@ def _serving(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePar
             last_failure_at=None,
             rollbacks=0,
             buffer_baseline=inputs.buffer_samples,
+            training_preempted=False,
             retrain_at=None,
             not_better_runs=0,
         )

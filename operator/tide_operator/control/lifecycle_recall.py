@@ -60,7 +60,7 @@ def recall_on_rise(state: LifecycleState, inputs: LifecycleInput, params: Lifecy
     if not pool_to_try(inputs, params):
         return None
     rose = replace(state, shift_at=now, recall_only=True, buffer_baseline=inputs.buffer_samples, retrain_at=None,
-                   recalled_expected=None, recall_shortfall_since=None)
+                   recalled_expected=None, recall_shortfall_since=None, training_preempted=False)
     message = (f"acceptance rose: the traffic changed; collecting {params.recall.sample_threshold} samples to score "
                f"the draft pool ({', '.join(inputs.pool)}) on it, no training")
     return to_phase(rose, Phase.COLLECTING, now, "AcceptanceRose", message, capture=True)
@@ -141,7 +141,7 @@ def recalled_short(state: LifecycleState, inputs: LifecycleInput, params: Lifecy
                f"evaluation {state.recalled_expected:.3f} by more than {params.recall.shortfall_percent:g}% "
                f"for {now - since:.0f}s: collecting to train")
     short = replace(state, recalled_expected=None, recall_shortfall_since=None,
-                    buffer_baseline=inputs.buffer_samples)
+                    buffer_baseline=inputs.buffer_samples, training_preempted=False)
     return to_phase(short, Phase.COLLECTING, now, "RecalledDraftShort", message, capture=params.capture.enabled)
 
 

@@ -55,13 +55,16 @@ def collecting(state: LifecycleState, inputs: LifecycleInput, params: LifecycleP
         return collecting_to_recall(state, inputs, params, now, fresh)
     if not persists and recall_due(state, inputs, params, fresh):  # the pool before a training run
         return launch_recall(state, inputs, params, now, fresh)
-    return _train_when_ready(state, params, now, fresh, persists)
+    return _train_when_ready(state, params, now, fresh, persists, inputs.training_deferred)
 
 
 def _train_when_ready(state: LifecycleState, params: LifecycleParams, now: float, fresh: int,
-                      persists: bool) -> Step:
-    """A run once sampleThreshold new samples arrived, no backoff is left, and no ShiftPersists wait."""
+                      persists: bool, deferred: str | None = None) -> Step:
+    """A run once sampleThreshold new samples arrived, no backoff is left, no ShiftPersists wait, and the
+    fleet does not hold training (its GPUs serve more than the run would add, control/fleet.py)."""
     threshold = params.training.sample_threshold
+    if state.training_preempted:
+        fresh = max(fresh, threshold)  # the preempted run's samples, still in the buffer
     if fresh < threshold:
         reason = "ShiftPersists" if persists else "Collecting"
         return stay(state, reason, f"buffer {fresh}/{threshold} new samples", capture=True)
@@ -76,6 +79,8 @@ def _train_when_ready(state: LifecycleState, params: LifecycleParams, now: float
     if state.retrain_at is not None and now < state.retrain_at:
         message = f"{state.retrain_at - now:.0f}s until training again ({state.not_better_runs} not better in a row)"
         return stay(state, "ShiftPersists", message, capture=True)
+    if deferred is not None:
+        return stay(state, "TrainingDeferred", f"buffer {fresh} >= {threshold} new samples; {deferred}", capture=True)
     return _launch(state, params, now, f"buffer {fresh} >= {threshold} new samples")
 
 
@@ -88,7 +93,7 @@ def _launch(state: LifecycleState, params: LifecycleParams, now: float, why: str
     # A shift trained for is not recalled for afterwards: the pool had its chance before this run (or had
     # nothing to offer), and what this run promotes beat what served; the next shift tries the pool again.
     launched = replace(state, run_counter=state.run_counter + 1, active_run=run_id, last_run=run_id,
-                       buffer_baseline=0, retrain_at=None, recalled_for_shift=state.shift_at)
+                       buffer_baseline=0, retrain_at=None, recalled_for_shift=state.shift_at, training_preempted=False)
     # The run has its samples: capture pauses until the verdict (module docstring).
     step = to_phase(launched, Phase.TRAINING, now, reason, message, capture=False)
     return with_action(step, act.LaunchTraining(run_id, step.reason, message, captured_since=state.shift_at))
@@ -97,6 +102,8 @@ def _launch(state: LifecycleState, params: LifecycleParams, now: float, why: str
 def training(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams, now: float) -> Step:
     seen = inputs.training
     if seen is None or seen.run_id != state.active_run or seen.status is TrainingStatus.RUNNING:
+        if inputs.training_deferred is not None and state.active_run is not None:
+            return _preempt(state, state.active_run, inputs.training_deferred, now)
         return stay(state, "TrainingRunning", f"waiting for run {state.active_run}", capture=False)
     if seen.status is TrainingStatus.NOT_BETTER:
         return _not_better(state, seen, inputs, params, now)
@@ -127,6 +134,15 @@ def training(state: LifecycleState, inputs: LifecycleInput, params: LifecyclePar
         )
     reason = _FAILURE_REASONS.get(seen.status, "TrainingFailed")
     return to_phase(failed, Phase.COLLECTING, now, reason, message, capture=True)
+
+
+def _preempt(state: LifecycleState, run: str, why: str, now: float) -> Step:
+    """The fleet needs the training GPUs for serving (the run would not pay at this load): cancel the run,
+    keep its samples for the next, which launches once training pays again."""
+    preempted = replace(state, active_run=None, training_preempted=True)
+    message = f"run {run} cancelled: {why}"
+    step = to_phase(preempted, Phase.COLLECTING, now, "TrainingPreempted", message, capture=True)
+    return with_action(step, act.CancelTraining(run, step.reason, message))
 
 
 _FAILURE_OUTCOMES = {
@@ -169,7 +185,8 @@ def judged_not_better(state: LifecycleState, inputs: LifecycleInput, params: Lif
         return to_phase(state, Phase.SERVING, now, "CandidateNotBetter", stops, capture=False)
     runs = state.not_better_runs + 1
     wait = params.canary.min_promotion_interval_s * 2.0 ** (runs - 1)
-    persisting = replace(state, buffer_baseline=inputs.buffer_samples, retrain_at=now + wait, not_better_runs=runs)
+    persisting = replace(state, buffer_baseline=inputs.buffer_samples, retrain_at=now + wait, not_better_runs=runs,
+                         training_preempted=False)
     message = (f"{verdict}; the shift persists: collecting {params.training.sample_threshold} new samples, "
                f"training again in {wait:.0f}s at the earliest")
     return to_phase(persisting, Phase.COLLECTING, now, "ShiftPersists", message, capture=True)
@@ -181,3 +198,24 @@ def _backoff_left(state: LifecycleState, training: TrainingParams, now: float) -
         return 0.0
     backoff = training.backoff_s * float(2 ** (state.training_failures - 1))
     return max(0.0, state.last_failure_at + backoff - now)
+
+
+def seconds_to_job(state: LifecycleState, params: LifecycleParams, buffer_samples: int, pool: tuple[str, ...],
+                   now: float, samples_per_s: float, training_deferred: bool = False) -> float | None:
+    """When collecting() launches its next Job (the pool's evaluation or a training run) at this capture
+    rate: the fleet drains lent replicas off the training class that long ahead (control/fleet.py).
+    None while no Job is foreseen: not collecting, no samples arriving, or training held by the fleet."""
+    if state.phase is not Phase.COLLECTING or not params.capture.enabled or samples_per_s <= 0:
+        return None
+    fresh = max(0, buffer_samples - state.buffer_baseline)
+    recall = params.recall.sample_threshold
+    pending = LifecycleInput(shift=True, buffer_samples=buffer_samples, served_acceptance_length=None,
+                             target_revision=state.target_revision or "", pool=pool)
+    if state.retrain_at is None and recall_due(state, pending, params, max(fresh, recall)):
+        return max(0, recall - fresh) / samples_per_s  # the pool is tried first, once its samples are in
+    if state.recall_only or training_deferred:
+        return None  # a rise is only ever scored against the pool, and that was tried
+    need = 0 if state.training_preempted else params.training.sample_threshold
+    wait = max(0, need - fresh) / samples_per_s
+    retrain = state.retrain_at - now if state.retrain_at is not None else 0.0
+    return max(wait, _backoff_left(state, params.training, now), retrain)

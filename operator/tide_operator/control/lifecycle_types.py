@@ -132,6 +132,9 @@ class LifecycleInput:
     # The pooled draft whose training traffic the newest captures are clearly nearer than the served
     # draft's (control/draft_return.py): the traffic came back to its domain.
     returned_to: str | None = None
+    # The fleet's verdict that a training run would not pay now (control/fleet.training_pays; None: it
+    # would, or no GPUs are lent): the run waits, with this message. The pool's evaluation never waits.
+    training_deferred: str | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,9 @@ class LifecycleState:
     # The shift is a rise of acceptance (a return to a domain the served draft knows better): the pool
     # is tried on it, and nothing is trained whatever the evaluation says (lifecycle_recall.py).
     recall_only: bool = False
+    # The fleet held training while a run ran (control/fleet.py): the run was cancelled, its samples are
+    # still in the buffer, and the next run launches as soon as training pays, without a new threshold.
+    training_preempted: bool = False
 
 
 @dataclass(frozen=True)

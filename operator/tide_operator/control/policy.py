@@ -61,7 +61,7 @@ def decide(
     rise = rise_detected(drift, params.drift, active=state.rise_active)
     lifecycle_input = _lifecycle_input(observation, state, estimate, params, shift, shift and not state.shift_active,
                                        rise and not state.rise_active)
-    step = step_lifecycle(state.lifecycle, lifecycle_input, _lc(params), now)
+    step = step_lifecycle(state.lifecycle, lifecycle_input, lifecycle_params(params), now)
     actions: list[act.Action] = list(step.actions)
     if params.draft_pin is not None and observation.promoted_version != params.draft_pin:
         message = f"spec.draftPin={params.draft_pin}, serving {observation.promoted_version}"
@@ -244,6 +244,7 @@ def _lifecycle_input(
         pool=observation.pool,
         recall=observation.recall,
         returned_to=returned_to(observation.traffic) if observation.traffic is not None else None,
+        training_deferred=observation.training_deferred,
         batch_size=observation.batch_size,
         # canary_speculation.py: the fleet's pods draft nothing at this load, so a canary's would measure
         # nothing (a probe running now ends within one window).
@@ -338,7 +339,7 @@ def _canary_tokens(observation: Observation, state: PolicyState, params: PolicyP
     return params.num_speculative_tokens
 
 
-def _lc(params: PolicyParams) -> LifecycleParams:
+def lifecycle_params(params: PolicyParams) -> LifecycleParams:
     # A first draft is promoted only if speculation would switch on with it (its on-threshold, its model).
     first = FirstDraftParams(params.num_speculative_tokens, params.decision.on_threshold, params.profile)
     return LifecycleParams(capture=params.capture, training=params.training, canary=params.canary,

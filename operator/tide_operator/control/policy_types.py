@@ -52,6 +52,7 @@ class Observation:
     # The newest captures' signature against the drafts' training traffic (read while Collecting after a
     # promotion, draft_return.py); None when not read or not enough captured.
     traffic: TrafficSignatures | None = None
+    training_deferred: str | None = None  # the fleet's reason to hold training runs (control/fleet.py)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,105 @@
+"""Whether a training run pays now, while its GPUs could serve instead (issue 17, control/fleet.py).
+
+TIDE trains whenever there are samples. Here the training class serves while no Job needs it, so a run
+has a price: for its length T it holds GPUs that would serve C_t s (C_t the training class's rate,
+catalog throughput x GPUs, s the served draft's modelled speedup at the batch size now). Its draft then
+adds C_s (s* - s) (C_s the serving classes' rate, s* the speedup at the acceptance training is expected
+to reach) for as long as the load stays where it is: R, unknown. A load regime ends when the batch size
+leaves a factor-of-two band; R is estimated as the longer of how long the current one has held (a regime
+that has lasted long is likely to last about as long again) and how long regimes have lasted here, and
+is unbounded until one has ended (nothing says the load moves). So
+
+    train  iff  C_s (s* - s) (R - T) > C_t s T          (TIDE: always)
+
+A run waits through a burst (R small, and at a batch size where no draft pays s* is near s), through a
+short excursion to another domain, and while the served draft is as good as training gets (s* = s); it
+goes ahead on long, lightly loaded traffic with a draft well below what training reaches. A running run
+is weighed on its remaining time (what it already cost is spent) and cancelled when the load turns
+(lifecycle_training: TrainingPreempted; its samples stay for the next run).
+Pure: the caller tracks the regime from its batch-size readings and knows the runs' usual length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tide_operator.control.cost_model import acceptance_rate_from_length
+
+# What training can reach when this deployment has promoted nothing better: the per-token acceptance of a
+# trained EAGLE-3 draft with acceptance length 2.5 at g = 3 on its own traffic (TIDE's gpt-oss-120b, the
+# cost model's fit in cost_model.py).
+TRAINED_ACCEPTANCE = acceptance_rate_from_length(2.5, 3)
+LOAD_BAND = 2.0  # the batch size moved by more than this factor: a new load regime
+REGIME_PRIOR_S = 1200.0  # R before any regime has ended: how long a load is assumed to hold
+# Hysteresis of the verdict, as the speculation switch has its own: a run starts only when its gain clears
+# the cost by this share, and a running one is cancelled only when its gain falls this share below it.
+TRAINING_HYSTERESIS = 0.5
+
+
+def reachable_acceptance(best_promoted: float | None) -> float:
+    """The per-token acceptance a training run is expected to reach (s* is modelled at it)."""
+    return max(TRAINED_ACCEPTANCE, best_promoted or 0.0)
+
+
+@dataclass(frozen=True)
+class LoadRegime:
+    """Since when the batch size has stayed within a factor of LOAD_BAND of ``batch``, and how long the
+    regimes before it lasted."""
+
+    since: float
+    batch: float
+    typical_s: float | None = None  # regimes' length, a moving average of the ended ones (None: none ended)
+    best_promoted: float | None = None  # the best per-token acceptance promoted so far (s* is at least this)
+
+    def observe(self, batch: float | None, promoted: float | None, now: float) -> LoadRegime:
+        best = max(self.best_promoted or 0.0, promoted or 0.0) or None
+        if batch is not None and not self.batch / LOAD_BAND <= batch <= self.batch * LOAD_BAND:
+            ended = now - self.since
+            typical = ended if self.typical_s is None else (self.typical_s + ended) / 2
+            return LoadRegime(now, batch, typical, best)
+        return replace(self, best_promoted=best)
+
+    def expected_rest(self, now: float) -> float:
+        """R: as long again as the regime has held, or as long as regimes last here (REGIME_PRIOR_S until
+        one has ended)."""
+        return max(now - self.since, REGIME_PRIOR_S if self.typical_s is None else self.typical_s)
+
+
+@dataclass(frozen=True)
+class TrainingValue:
+    """A run's gain against its cost, at today's load, over the regime's expected rest."""
+
+    serving_rate: float  # C_s: the serving groups without speculation
+    lend_rate: float  # C_t: the training class's replicas without speculation
+    speedup_now: float  # s: modelled at the served draft's acceptance and the batch size now
+    speedup_trained: float  # s*: modelled at the reachable acceptance, same batch size
+    remaining_s: float  # R: the regime's expected rest (LoadRegime.expected_rest)
+    run_s: float  # T: a run's length to promotion (what is left of it for a running one)
+
+    @property
+    def gain(self) -> float:
+        if self.speedup_trained <= self.speedup_now:
+            return 0.0
+        after_run = max(0.0, self.remaining_s - self.run_s)
+        return self.serving_rate * (self.speedup_trained - self.speedup_now) * after_run
+
+    @property
+    def cost(self) -> float:
+        return self.lend_rate * self.speedup_now * self.run_s
+
+    def pays(self, running: bool) -> bool:
+        """A run starts while its gain clears its cost by the hysteresis; a running one goes on until its gain
+        falls that far below it."""
+        return self.gain > self.cost * ((1 - TRAINING_HYSTERESIS) if running else (1 + TRAINING_HYSTERESIS))
+
+    def message(self) -> str:
+        return (f"training would not pay at this load: speedup {self.speedup_now:.3f} -> {self.speedup_trained:.3f} "
+                f"over the {self.remaining_s:.0f}s the load is expected to hold, against {self.run_s:.0f}s of the "
+                f"training GPUs serving")
+
+def keep_training(value: TrainingValue, regime: LoadRegime, running_since: float | None) -> bool:
+    """The verdict: a run (running since ``running_since``) is weighed again only once the load has left its
+    regime since it started, so acceptance noise never cancels a run; one not started is weighed each pass."""
+    if running_since is not None and regime.since <= running_since:
+        return True
+    return value.pays(running=running_since is not None)
