@@ -38,7 +38,7 @@ numbers) and the ready pods.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from bench.policy_sim import prometheus as prom
@@ -261,6 +261,7 @@ class OperatorPolicy:
                                   recall_threshold=self.params.recall.sample_threshold)
         now = datetime.fromtimestamp(0, UTC)
         self.draft = StatusDraft(TideDeploymentStatus(phase=Phase.SERVING), generation=1, now=now)
+        self.training_deferred: str | None = None
 
     def tick(self, t: float) -> None:
         stored = self.draft.status.control_state
@@ -270,6 +271,8 @@ class OperatorPolicy:
         self.draft.now = datetime.fromtimestamp(t, UTC)
         self.effects.note_served()
         seen = sense(self.world, self.dep, state, t, self.effects.pool, self.effects.recall_threshold)
+        if self.training_deferred is not None:  # the placement bench's fleet verdict (control/fleet.py)
+            seen = replace(seen, observation=replace(seen.observation, training_deferred=self.training_deferred))
         control_pass(self.draft, self.params, seen, self.effects, t)
 
     def before_step(self, i: int) -> None:
