@@ -33,9 +33,17 @@ class Claim:
         return self.expires_at - self.created_at
 
 
+# A claim is written before its Job is created, and the Jobs a prune sees come from a watch cache that can
+# lag: a claim this young holds even while its Job is not seen yet, or a prune in that gap releases it and
+# deletes the shards its run is about to read (seen under load: the trainer's NoSuchKey, exit 6).
+CLAIM_GRACE_S = 120.0
+
+
 def live_claims(claims: Sequence[Claim], running_runs: Collection[str], now: float) -> list[Claim]:
-    """Claims that still hold: their run's Job runs and their deadline has not passed."""
-    return [c for c in claims if c.run_id in running_runs and now < c.expires_at]
+    """Claims that still hold: their run's Job runs (or the claim is too young for its Job to be seen) and
+    their deadline has not passed."""
+    return [c for c in claims
+            if now < c.expires_at and (c.run_id in running_runs or now - c.created_at < CLAIM_GRACE_S)]
 
 
 def claims_to_release(claims: Sequence[Claim], running_runs: Collection[str], now: float) -> list[str]:

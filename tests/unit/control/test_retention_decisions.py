@@ -38,10 +38,11 @@ BUFFER = [cap("old", 5000), cap("older", 7000), cap("fresh", 100), cap("mid", 30
 
 @pytest.mark.parametrize(("claims", "running", "live", "released"), [
     ([claim("r1", ["old"])], {"r1"}, ["r1"], []),
-    ([claim("r1", ["old"])], set(), [], ["r1"]),  # run ended (succeeded, failed or deleted)
+    ([claim("r1", ["old"], age_s=121)], set(), [], ["r1"]),  # run ended (succeeded, failed or deleted)
+    ([claim("r1", ["old"], age_s=60)], set(), ["r1"], []),  # just written: its Job may not be seen yet
     ([claim("r1", ["old"], age_s=1801)], {"r1"}, [], ["r1"]),  # past the Job's deadline
     ([claim("r1", ["old"], age_s=1799)], {"r1"}, ["r1"], []),
-    ([claim("r1", ["old"]), claim("r2", ["mid"])], {"r2"}, ["r2"], ["r1"]),
+    ([claim("r1", ["old"], age_s=300), claim("r2", ["mid"])], {"r2"}, ["r2"], ["r1"]),
     ([], {"r1"}, [], []),
 ])
 def test_which_claims_hold(claims, running, live, released):
