@@ -14,8 +14,10 @@ echo "== setup took $((SECONDS - t0))s"
 # seeds are reported in docs/policy.md; they still miss targets, so they are not a gate yet.
 .venv/bin/python bench/policy_bench.py --check --seeds train
 
+# Two workers (pytest-xdist), a test file each at a time and a control plane each: the integration tier
+# mostly waits on its planes (35 minutes alone, 17 on two workers, each test about as long as alone).
 t1=$SECONDS
-.venv/bin/python -m pytest -m "not vllm" "$@"
+.venv/bin/python -m pytest -m "not vllm" -n "${TIDE_TEST_WORKERS:-2}" --dist loadfile "$@"
 echo "== unit + integration tiers took $((SECONDS - t1))s"
 
 # The tiny target and its launch draft (cached; minutes of CPU training when absent), built here rather

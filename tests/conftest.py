@@ -83,6 +83,27 @@ def _logs(state_dir: Path, namespace: str | None) -> list[tuple[str, str]]:
     return sections
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its plane's start-up time and fault rows to the controller, which prints them."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["tide_plane_up_s"] = PLANE_TIMINGS.get("up_s")
+        output["tide_fault_rows"] = [(r.fault, r.survived, r.nothing_lost)
+                                     for r in session.config.stash.get(FAULT_ROWS, [])]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    output = getattr(node, "workeroutput", {})
+    if output.get("tide_plane_up_s") is not None:
+        PLANE_TIMINGS["up_s"] = max(PLANE_TIMINGS.get("up_s", 0.0), output["tide_plane_up_s"])
+    if output.get("tide_fault_rows"):
+        from tide_localcluster.faults import FaultRow
+
+        config = node.config  # type: ignore[attr-defined]
+        config.stash.setdefault(FAULT_ROWS, []).extend(FaultRow(*row) for row in output["tide_fault_rows"])
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if "up_s" in PLANE_TIMINGS:
         terminalreporter.write_line(f"local control plane came up in {PLANE_TIMINGS['up_s']:.1f}s (binaries cached)")
