@@ -56,6 +56,9 @@ NAMESPACED = (
     Grant("batch", ("jobs",), ("get", "list", "watch", "create", "delete"),
           "trainer Jobs: read before create or delete (owner UID); watched for the training sensor's cache"),
     Grant("", ("events",), ("create",), "Kopf posts core/v1 Events, one per decision"),
+    Grant("", ("pods/status",), ("patch",),
+          "training.lendWhenIdle: the lent vLLM pods' readiness gate (tide.dev/serving), set True once a pod is "
+          "ready and False before it is drained; no other field of a pod's status is written"),
 )
 
 # Across the cluster in both modes: what placement reads, and Kopf's discovery of the CRD.
@@ -94,6 +97,8 @@ UNSEEN_IN_A_SERVING_RUN: dict[Permission, str] = {
                                                   "(unit: test_reconcile_capacity)",
     ("batch", "jobs", "create"): "a trainer Job starts only once enough captures are buffered (test_promotion)",
     ("batch", "jobs", "delete"): "a trainer Job the control loop cancels (unit: test_effect_reasons)",
+    ("", "pods/status", "patch"): "only lent replicas (training.lendWhenIdle) get their readiness gate set "
+                                  "(unit: test_lending_pass)",
 }
 
 

@@ -263,6 +263,11 @@ class Cluster:
         items = self.core.list_namespaced_pod(namespace, label_selector=selector).items
         return [self.api.sanitize_for_serialization(p) for p in items]
 
+    def set_pod_condition(self, namespace: str, pod: str, condition: dict[str, Any]) -> None:
+        """One condition on a pod's status (a readiness gate), merged by type: the kubelet's stay."""
+        self.core.patch_namespaced_pod_status(pod, namespace, {"status": {"conditions": [condition]}},
+                                              _content_type="application/strategic-merge-patch+json")
+
     def secret_data(self, namespace: str, name: str) -> dict[str, str]:
         import base64
 

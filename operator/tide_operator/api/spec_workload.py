@@ -156,6 +156,10 @@ class TrainingSpec(PodScheduling):
     """GPUs of the training pool's class each trainer Job requests; a Job must fit on one node."""
     max_concurrent_jobs: int = Field(default=1, ge=1, le=8)
     """Reserved: the operator runs one trainer Job at a time per TideDeployment whatever this says."""
+    lend_when_idle: bool = False
+    """Lend the training pool's idle GPUs to serving: while no trainer Job needs them the operator runs
+    extra vLLM replicas there (the <name>-lent Deployment) where that raises what the fleet serves, and
+    drains them (out of service, in-flight requests finish, bounded) before a Job starts."""
 
 
 # What botocore accepts as an endpoint host: DNS labels of letters, digits and inner dashes (no

@@ -89,6 +89,26 @@ class TrainingPoolStatus(StatusModel):
     """Nodes of the class with room for one trainer Job."""
 
 
+class LendingStatus(StatusModel):
+    """Serving replicas lent on the training class while no trainer Job needs it (training.lendWhenIdle)."""
+
+    gpu_class: GpuClassName | None = None
+    """The training class the replicas are lent on; absent while none is chosen."""
+    state: Annotated[str, StringConstraints(min_length=1, max_length=32)] = "Idle"
+    """Idle (nothing lent), Lent (lent replicas start or serve) or Draining (they leave service
+    before a trainer Job: out of endpoints, in-flight requests finish, bounded)."""
+    replicas: int = Field(default=0, ge=0)
+    """Lent replicas asked for (the <name>-lent Deployment's replicas)."""
+    replicas_in_service: int = Field(default=0, ge=0)
+    """Lent pods in service (their tide.dev/serving readiness gate True)."""
+    reason: Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=REASON_PATTERN)] | None = None
+    """The fleet's verdict: Lent, TrainingJobRunning, TrainingJobDue, TrainingJobSoon, LendingDoesNotPay..."""
+    message: Message | None = None
+    """The verdict with its numbers (what the fleet serves, modelled), or the drain's progress."""
+    draining_since: Time | None = None
+    """When the drain began (RFC 3339); kept so a restarted operator keeps the drain's bound."""
+
+
 class DraftStatus(StatusModel):
     """The draft versions in play for the current target revision."""
 
@@ -162,6 +182,8 @@ class TideDeploymentStatus(StatusModel):
     Promoting, Degraded, BootstrapDraftReady); each flip is also an Event."""
     inference_pool: InferencePoolStatus | None = None
     training_pool: TrainingPoolStatus | None = None
+    lending: LendingStatus | None = None
+    """Present once training.lendWhenIdle was set: what is lent to serving on the training class."""
     draft: DraftStatus | None = None
     canary: CanaryStatus | None = None
     """Present only while a canary runs."""

@@ -50,6 +50,12 @@ class PoolChoice:
     free_gpus: int = 0
     preferences: tuple[tuple[GpuClass, int], ...] = ()
     """Eligible classes (required node affinity) with their preference weights (1..100)."""
+    free_by_node: tuple[tuple[str, int], ...] = ()
+    """Free GPUs per node of the eligible classes (this deployment's own pods count as free)."""
+
+    def fit_for(self, gpus_per_unit: int) -> int:
+        """How many pods of ``gpus_per_unit`` GPUs fit on these nodes now."""
+        return sum(gpus // gpus_per_unit for _, gpus in self.free_by_node)
 
     @property
     def ok(self) -> bool:
@@ -146,7 +152,7 @@ def _choice(chosen: GpuClass, candidates: Sequence[GpuClass], pools: Pools, requ
     return PoolChoice(chosen, reason, message,
                       nodes=tuple(sorted(n for n, gpus in free.items() if gpus >= request.gpus_per_unit)),
                       units_fit=fit, free_gpus=sum(free.values()),
-                      preferences=preference_weights(eligible, value))
+                      preferences=preference_weights(eligible, value), free_by_node=tuple(sorted(free.items())))
 
 
 def _no_class(request: PoolRequest) -> PoolChoice:

@@ -13,6 +13,10 @@ JOB_KIND_LABEL = "tide.dev/job-kind"
 JOB_KIND_TRAINING = "training"
 JOB_KIND_EVALUATION = "evaluation"  # the draft pool's recall evaluation (issue 16)
 JOB_KIND_BOOTSTRAP = "bootstrap"
+# The lent replicas' group (training.lendWhenIdle): their Deployment selects it, the main one cannot
+# (a Deployment's selector is immutable), so the main ReplicaSets skip lent pods by their owner.
+SERVING_GROUP_LABEL = "tide.dev/serving-group"
+SERVING_GROUP_LENT = "lent"
 COMPONENT_INFERENCE = "inference"
 COMPONENT_TRAINER = "trainer"
 
@@ -33,6 +37,11 @@ def common_labels(td_name: str, component: str, app: str) -> dict[str, str]:
 
 def serving_labels(td_name: str) -> dict[str, str]:
     return common_labels(td_name, COMPONENT_INFERENCE, "vllm")
+
+
+def lent_selector(td_name: str) -> str:
+    """The lent pods (a subset of ``serving_selector``'s)."""
+    return serving_selector(td_name) + f",{SERVING_GROUP_LABEL}={SERVING_GROUP_LENT}"
 
 
 def trainer_labels(td_name: str, run_id: str, job_kind: str = JOB_KIND_TRAINING) -> dict[str, str]:

@@ -29,6 +29,11 @@ def serving_name(td_name: str) -> str:
     return dns_label(f"{td_name}-vllm")
 
 
+def lent_serving_name(td_name: str) -> str:
+    """Deployment of the vLLM replicas lent to serving on the training class (training.lendWhenIdle)."""
+    return dns_label(f"{td_name}-vllm-lent")
+
+
 def disruption_budget_name(td_name: str) -> str:
     """PodDisruptionBudget of the vLLM pods: named like their Deployment (another kind, no clash)."""
     return serving_name(td_name)

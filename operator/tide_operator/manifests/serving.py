@@ -16,6 +16,7 @@ from tide_contracts import serving_control as sc
 from tide_operator.api.spec import TideDeploymentSpec
 from tide_operator.config import OperatorConfig
 from tide_operator.control.actions import Bands
+from tide_operator.control.lending import SERVING_GATE
 from tide_operator.control.placement import Placement
 from tide_operator.manifests import labels, names, pod
 from tide_operator.manifests.fingerprint import SPEC_HASH_ANNOTATION, stable_hash
@@ -281,6 +282,44 @@ def build_serving_deployment(
             "template": template,
         },
     }
+
+
+def build_lent_deployment(
+    td_name: str,
+    namespace: str,
+    spec: TideDeploymentSpec,
+    placement: Placement,
+    operator_config: OperatorConfig,
+    replicas: int,
+    *,
+    bootstrap_draft: str | None = None,
+    launch_bands: Bands | None = None,
+) -> dict[str, Any]:
+    """The vLLM replicas lent to serving on the training class (training.lendWhenIdle).
+
+    The serving pods' template placed like a trainer Job (the training class's affinity, the inference
+    and training tolerations: the training pool's taints admit them), with a readiness gate the
+    operator holds: a lent pod takes requests only once put in service, and leaves service before it
+    is deleted (control/lending.py). Its replicas are the operator's, never the scale subresource's.
+    """
+    training = placement.training
+    if training.gpu_class is None:
+        raise ValueError(f"no training GPU class chosen: {training.message}")
+    tolerations = tuple(dict.fromkeys((*spec.inference.tolerations, *spec.training.tolerations)))
+    lent_spec = spec.model_copy(update={"inference": spec.inference.model_copy(update={"tolerations": tolerations})})
+    deployment = build_serving_deployment(td_name, namespace, lent_spec, Placement(training, training),
+                                          operator_config, bootstrap_draft=bootstrap_draft,
+                                          launch_bands=launch_bands)
+    group = {labels.SERVING_GROUP_LABEL: labels.SERVING_GROUP_LENT}
+    deployment["metadata"]["name"] = names.lent_serving_name(td_name)
+    deployment["metadata"]["labels"].update(group)
+    deployment["spec"]["replicas"] = replicas
+    deployment["spec"]["selector"]["matchLabels"].update(group)
+    template = deployment["spec"]["template"]
+    template["metadata"]["labels"].update(group)
+    template["spec"]["readinessGates"] = [{"conditionType": SERVING_GATE}]
+    deployment["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = stable_hash(template)
+    return deployment
 
 
 def build_service(td_name: str, namespace: str, spec: TideDeploymentSpec) -> dict[str, Any]:
