@@ -2,9 +2,9 @@
 
 Each pod gets its own loopback address as pod IP (so two replicas can bind the same port), its
 env from the spec (values, ConfigMaps, Secrets, downward API), `$(VAR)` expansion in command
-and args, logs in files, status from the process and its probes, and SIGTERM-then-SIGKILL of
-its whole process group when the pod is deleted. Not modelled: volumes, images, networking
-beyond loopback, resource enforcement.
+and args, logs in files, status from the process, its probes and its readiness gates, and
+SIGTERM-then-SIGKILL of its whole process group when the pod is deleted. Not modelled: volumes,
+images, networking beyond loopback, resource enforcement.
 """
 
 from __future__ import annotations
@@ -109,6 +109,8 @@ class Kubelet:
                 self._delete(pod, runner)
             elif runner is None and pod.status.phase not in ("Succeeded", "Failed"):
                 self._start(pod)
+            elif runner is not None:  # a readiness gate's condition may have changed: Ready follows it
+                runner.observe({c.type: c.status for c in pod.status.conditions or []})
         for uid in set(self.runners) - seen:  # force-deleted behind our back, or on a lost node
             self.runners.pop(uid).stop(grace_s=0)
         self._write_targets()

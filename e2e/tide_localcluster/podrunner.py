@@ -19,7 +19,7 @@ from urllib3.exceptions import HTTPError
 
 from tide_localcluster import probes, volumes
 from tide_localcluster.podenv import ContainerConfigError, command_line, container_env, decode_secret
-from tide_localcluster.podstatus import ContainerView, PodView, rfc3339, terminated
+from tide_localcluster.podstatus import ContainerView, PodView, readiness_gates, rfc3339, terminated
 from tide_localcluster.processes import ProcessRecord, _start_ticks, stop
 
 if TYPE_CHECKING:
@@ -34,6 +34,9 @@ TICK_S = 0.25
 # The status is sent again this often even unchanged, as the kubelet's status manager does: the
 # node lifecycle controller may have marked the pod not Ready meanwhile (a node late on heartbeats).
 STATUS_RESYNC_S = 10.0
+# Merged by condition type, so the conditions others own (a readiness gate's) stay. The client picks it
+# for a dict body today; pinned, because a merge patch would replace the whole conditions list.
+STATUS_PATCH = "application/strategic-merge-patch+json"
 
 
 def utcnow() -> dt.datetime:
@@ -63,7 +66,9 @@ class PodRunner(threading.Thread):
         self.dir = kubelet.pod_dir(meta["namespace"], meta["name"])
         # Containers each have a private /tmp. Short, because programs put Unix sockets there (108-byte limit).
         self.tmp = Path(tempfile.gettempdir()) / f"tide-pod-{meta['uid'][:13]}"
-        self.view = PodView(pod_ip=ip, started=utcnow(), restart_policy=pod["spec"].get("restartPolicy", "Always"))
+        self.view = PodView(pod_ip=ip, started=utcnow(), restart_policy=pod["spec"].get("restartPolicy", "Always"),
+                            readiness_gates=readiness_gates(pod["spec"]),
+                            api_conditions={c["type"]: c["status"] for c in pod["status"].get("conditions") or []})
         self.containers = [Container(c, ContainerView(c["name"], c.get("image", "")))
                            for c in pod["spec"]["containers"]]
         self.view.containers = [c.view for c in self.containers]
@@ -83,6 +88,11 @@ class PodRunner(threading.Thread):
         log.info("%s: stopping (grace %.0fs)", self.name, grace_s)
         self._grace_s, self._delete_after = grace_s, then_delete
         self._stop_requested.set()
+
+    def observe(self, api_conditions: dict[str, str]) -> None:
+        """The pod's conditions as the API has them now (type -> status): whoever owns a readiness gate
+        may have flipped it, and the next tick reports Ready again from them."""
+        self.view.api_conditions = api_conditions
 
     def is_running(self) -> bool:
         return any(c.view.running_since for c in self.containers)
@@ -305,7 +315,8 @@ class PodRunner(threading.Thread):
             return
         meta = self.pod["metadata"]
         try:
-            self.kubelet.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
+            self.kubelet.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status},
+                                                          _content_type=STATUS_PATCH)
             self._reported, self._reported_at = status, time.monotonic()
         except ApiException as e:
             if e.status != 404 and not server_side(e):
