@@ -47,6 +47,7 @@ class LendReason(StrEnum):
     JOB_DUE = "TrainingJobDue"  # due within the drain bound: drain now so the Job does not wait
     JOB_SOON = "TrainingJobSoon"  # lent replicas would be drained before they served long
     NOT_ENABLED = "LendingNotEnabled"
+    NOTHING_TO_LEND = "NothingToLend"  # no training class, or its share holds no serving replica
     DOES_NOT_PAY = "LendingDoesNotPay"  # the routing makes the lent pods lower what the fleet serves
 
 
@@ -119,8 +120,10 @@ def decide_fleet(inp: FleetInput) -> FleetDecision:
 
 
 def _lend_reason(inp: FleetInput) -> LendReason:
-    if inp.lendable is None or not inp.lend_when_idle:
+    if not inp.lend_when_idle:
         return LendReason.NOT_ENABLED
+    if inp.lendable is None:
+        return LendReason.NOTHING_TO_LEND
     if inp.job_running:
         return LendReason.JOB_RUNNING
     due = inp.seconds_to_job
@@ -136,7 +139,8 @@ def _lend_reason(inp: FleetInput) -> LendReason:
 
 def _message(inp: FleetInput, reason: LendReason, rate: float) -> str:
     if inp.lendable is None:
-        return f"no training class to lend; fleet serves {rate:.2f}"
+        return (f"nothing to lend: no training class, or one trainer Job's GPUs hold no serving replica "
+                f"(an image for its vendor, and the serving pool whole first); fleet serves {rate:.2f}")
     name = inp.lendable.name
     return {
         LendReason.LENT: f"{name} lent to serving ({inp.lendable.replicas} replicas); fleet serves {rate:.2f}",

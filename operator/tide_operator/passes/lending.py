@@ -73,7 +73,14 @@ def lend(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placeme
 
 
 def fleet_replicas(spec: TideDeploymentSpec, placement: Placement, fleet: FleetDecision) -> int:
-    return placement.training.fit_for(spec.inference.gpus_per_replica) if fleet.lend else 0
+    return lendable_replicas(spec, placement) if fleet.lend else 0
+
+
+def lendable_replicas(spec: TideDeploymentSpec, placement: Placement) -> int:
+    """The training pool's own share: one trainer Job's GPUs (gpusPerJob) as serving replicas, where they
+    fit now. Never more: lending borrows what training holds, not every free GPU of a shared cluster."""
+    per_replica = spec.inference.gpus_per_replica
+    return min(placement.training.fit_for(per_replica), spec.training.gpus_per_job // per_replica)
 
 
 def _fleet_input(spec: TideDeploymentSpec, placement: Placement, draft: StatusDraft, state: PolicyState,
@@ -84,8 +91,8 @@ def _fleet_input(spec: TideDeploymentSpec, placement: Placement, draft: StatusDr
     serving = (ClassGroup(inference.name, spec.inference.replicas, spec.inference.gpus_per_replica,
                           inference.inference_throughput, speedup),) if inference else ()
     lendable = None
-    if training is not None and _lendable(spec, placement):
-        lendable = ClassGroup(training.name, placement.training.fit_for(spec.inference.gpus_per_replica),
+    if training is not None and _lendable(spec, placement) and lendable_replicas(spec, placement) > 0:
+        lendable = ClassGroup(training.name, lendable_replicas(spec, placement),
                               spec.inference.gpus_per_replica, training.inference_throughput, speedup)
     lifecycle = state.lifecycle
     running = lifecycle.active_run is not None or lifecycle.phase in (LifecyclePhase.TRAINING, LifecyclePhase.RECALLING)

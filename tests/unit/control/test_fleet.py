@@ -66,6 +66,7 @@ def test_lending_off_or_no_training_class_keeps_the_split() -> None:
     assert "lendWhenIdle" in off.message
     alone = decide_fleet(FleetInput((H100,), None, True, Routing.WEIGHTED, False, None))
     assert not alone.lend
+    assert alone.reason is LendReason.NOTHING_TO_LEND
     assert set(alone.roles) == {"H100"}
 
 

@@ -60,7 +60,7 @@ def run(cluster: FakeCluster, draft: StatusDraft, lifecycle: LifecycleState, now
     reading = SensorReading(Observation(buffer_samples=0))
     lending = Lending(cluster, OperatorConfig(), adopt=lambda child: child,  # type: ignore[arg-type]
                       in_flight=lambda ip, port: in_flight)
-    return lend("chat", "llm", spec or spec_with(training={"gpusPerJob": 4, "lendWhenIdle": True}),
+    return lend("chat", "llm", spec or spec_with(training={"gpusPerJob": 8, "lendWhenIdle": True}),
                 placement("H100", "H100"),
                 draft, PolicyState(lifecycle=lifecycle), PolicyParams(target_revision="5f1c0e2"), reading,
                 lending, now)
@@ -79,7 +79,8 @@ def test_a_cycle_lend_drain_reclaim_and_lend_again() -> None:
     cluster, draft = FakeCluster(), new_draft()
     # Same-vendor classes behind a plain Service: H100 serves, H100 trains; its idle room is lent.
     held = run(cluster, draft, IDLE, now=0.0)
-    assert cluster.deployments[LENT]["spec"]["replicas"] == 2  # 2 nodes x 8 GPUs, 2 x 4 serving: 2 x 4 left
+    # One Job's 8 GPUs as 4-GPU replicas (2 nodes x 8 GPUs, 2 x 4 serving: room for 2 x 4 left).
+    assert cluster.deployments[LENT]["spec"]["replicas"] == 2
     assert draft.status.lending.state == "Lent"
     assert held.observation.training_deferred is None
     assert [e.reason for e in draft.events] == ["LendingStarted"]
@@ -104,6 +105,16 @@ def test_a_cycle_lend_drain_reclaim_and_lend_again() -> None:
     run(cluster, draft, IDLE, now=120.0)  # the Job ended and the pods are gone: lent again
     assert draft.status.lending.state == "Lent"
     assert cluster.deployments[LENT]["spec"]["replicas"] == 2
+
+
+def test_lends_one_jobs_gpus_not_every_free_gpu() -> None:
+    cluster = FakeCluster()
+    run(cluster, new_draft(), IDLE, now=0.0, spec=spec_with(training={"gpusPerJob": 4, "lendWhenIdle": True}))
+    assert cluster.deployments[LENT]["spec"]["replicas"] == 1  # room for 2, a Job holds 4 GPUs: 1 replica
+    draft = new_draft()
+    run(FakeCluster(), draft, IDLE, now=0.0, spec=spec_with(training={"gpusPerJob": 2, "lendWhenIdle": True}))
+    assert draft.status.lending.reason == "NothingToLend"  # a Job's 2 GPUs hold no 4-GPU replica
+    assert draft.status.lending.state == "Idle"
 
 
 def test_the_drain_bound_survives_in_status() -> None:
