@@ -56,6 +56,8 @@ NAMESPACED = (
     Grant("batch", ("jobs",), ("get", "list", "watch", "create", "delete"),
           "trainer Jobs: read before create or delete (owner UID); watched for the training sensor's cache"),
     Grant("", ("events",), ("create",), "Kopf posts core/v1 Events, one per decision"),
+    Grant("gateway.networking.k8s.io", ("httproutes",), ("get", "create", "patch"),
+          "inference.gateway: the HTTPRoute that weights each GPU class's Service by capacity, like the Deployment"),
     Grant("", ("pods/status",), ("patch",),
           "training.lendWhenIdle: the lent vLLM pods' readiness gate (tide.dev/serving), set True once a pod is "
           "ready and False before it is drained; no other field of a pod's status is written"),
@@ -97,6 +99,10 @@ UNSEEN_IN_A_SERVING_RUN: dict[Permission, str] = {
                                                   "(unit: test_reconcile_capacity)",
     ("batch", "jobs", "create"): "a trainer Job starts only once enough captures are buffered (test_promotion)",
     ("batch", "jobs", "delete"): "a trainer Job the control loop cancels (unit: test_effect_reasons)",
+    ("gateway.networking.k8s.io", "httproutes", "get"): "only a spec with inference.gateway on a cluster with the "
+                                                         "Gateway API's CRDs routes by capacity (test_lending)",
+    ("gateway.networking.k8s.io", "httproutes", "create"): "as get (test_lending)",
+    ("gateway.networking.k8s.io", "httproutes", "patch"): "as get: the weights change with the pods in service",
     ("", "pods/status", "patch"): "only lent replicas (training.lendWhenIdle) get their readiness gate set "
                                   "(unit: test_lending_pass)",
 }

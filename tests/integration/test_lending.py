@@ -1,16 +1,19 @@
-"""Lent replicas on the training pool (issue 17 item 3, training.lendWhenIdle) on the real control plane.
+"""Lent replicas on the training pool (issue 17 items 2 and 3, training.lendWhenIdle) on the real control plane.
 
-The simulator serves on the fake H100 pool; its training share (one Job's 2 GPUs) serves too, as two
-lent replicas behind the tide.dev/serving readiness gate. Traffic comes from a client that follows
-pod readiness, as a Service's endpoints do (the local plane has none): each request goes to a pod that
-is Ready when it is sent. The traffic shifts, the lifecycle wants a trainer Job, and the operator
+The simulator serves on the fake H100 pool; the training pool's share (one Job's 2 GPUs) serves too, as
+two lent replicas behind the tide.dev/serving readiness gate: on H100 behind the plain Service, and on
+the MI250 pool behind an HTTPRoute that weights each class's Service by capacity. Traffic comes from a
+client that follows pod readiness, as a Service's endpoints do (the local plane has none): each request
+goes to a pod that is Ready when it is sent. The traffic shifts, the lifecycle wants a trainer Job, and the operator
 drains the lent pods first: out of service, in-flight requests finish (read on the pods' /metrics),
 scaled away; the Job starts only once they are gone, no request fails, and after the Job the lent
 replicas serve again. The simulator's background load is off here: every request in flight is the
 client's, so the drain ends on idle pods, not on its bound.
 
-Same class on both sides: behind a plain Service the fleet split lends only a class at least as fast per
-replica as the serving one (fleet.py); a slower class needs capacity-weighted routing.
+Behind a plain Service the fleet split lends only a class at least as fast per replica as the serving one
+(fleet.py); the MI250 pool is lent only with inference.gateway set and HTTPRoutes served. No Gateway
+controller runs here: the HTTPRoute CRD is a minimal one (schema left open) and the test reads the
+weights the operator writes; its client still follows pod readiness.
 """
 
 from __future__ import annotations
@@ -47,6 +50,19 @@ pytestmark = pytest.mark.integration
 GOOD, SHIFTED = 0.8, 0.5
 SELECTOR = "app.kubernetes.io/component=inference,tide.dev/deployment=chat"  # the vLLM pods, lent or not
 LENT = "tide.dev/serving-group=lent"
+
+
+ROUTE_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "httproutes.gateway.networking.k8s.io",
+                 # *.k8s.io groups are protected: the Gateway API's own CRDs carry this annotation.
+                 "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/gateway-api"}},
+    "spec": {"group": "gateway.networking.k8s.io", "scope": "Namespaced",
+             "names": {"plural": "httproutes", "singular": "httproute", "kind": "HTTPRoute",
+                       "listKind": "HTTPRouteList"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
 
 
 def quiet_scenario(domain: str, acceptance: dict[str, dict[str, float]]) -> dict[str, Any]:
@@ -116,7 +132,9 @@ class Timeline:
 
     def __init__(self, kube: Any, namespace: str) -> None:
         self.core, self.batch, self.namespace = client.CoreV1Api(kube), client.BatchV1Api(kube), namespace
+        self.custom = client.CustomObjectsApi(kube)
         self.lent_when_job_seen: list[str] | None = None
+        self.weights_when_job_seen: dict[str, int] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -132,10 +150,11 @@ class Timeline:
         while not self._stop.is_set() and self.lent_when_job_seen is None:
             lent = [p.metadata.name for p in self.core.list_namespaced_pod(
                 self.namespace, label_selector=f"{SELECTOR},{LENT}").items]
+            weights = route_weights(self.custom, self.namespace)
             jobs = [j for j in self.batch.list_namespaced_job(self.namespace).items
                     if j.metadata.name.startswith("chat-train-")]
             if jobs:
-                self.lent_when_job_seen = lent
+                self.lent_when_job_seen, self.weights_when_job_seen = lent, weights
             self._stop.wait(0.2)
 
 
@@ -149,10 +168,33 @@ def scenario_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def operator(plane, kube, scenario_file, tmp_path_factory):
     install_crd(kube)
+    try:
+        client.ApiextensionsV1Api(kube).create_custom_resource_definition(ROUTE_CRD)
+    except client.ApiException as e:
+        if e.status != 409:  # another module on this plane installed it
+            raise
+    wait_for(lambda: route_served(kube), "HTTPRoute served", timeout_s=30)
     grant_operator_rbac(kube)
     process = OperatorProcess(plane, operator_config(scenario_file, tmp_path_factory.mktemp("train"))).start()
     yield process
     process.stop()
+
+
+def route_served(kube: Any) -> bool:
+    groups = client.ApisApi(kube).get_api_versions().groups or []
+    return any(g.name == "gateway.networking.k8s.io" for g in groups)
+
+
+def route_weights(custom: Any, namespace: str) -> dict[str, int]:
+    """{Service: weight} of the operator's HTTPRoute ({} while there is none)."""
+    try:
+        route = custom.get_namespaced_custom_object("gateway.networking.k8s.io", "v1", namespace, "httproutes",
+                                                    "chat-vllm")
+    except client.ApiException as e:
+        if e.status == 404:
+            return {}
+        raise
+    return {b["name"]: b["weight"] for rule in route["spec"]["rules"] for b in rule["backendRefs"]}
 
 
 def lent_in_service(kube: Any, namespace: str, count: int) -> list[str] | None:
@@ -162,53 +204,118 @@ def lent_in_service(kube: Any, namespace: str, count: int) -> list[str] | None:
     return serving if len(serving) == count else None
 
 
-def test_lent_replicas_serve_drain_before_the_trainer_job_and_come_back(kube, namespace, operator, plane, s3,
-                                                                        s3_endpoint, scenario_file, tmp_path):
-    bucket = "tide-lend"
+def nodes_of(kube: Any, namespace: str, pods: list[str]) -> set[str]:
+    core = client.CoreV1Api(kube)
+    return {core.read_namespaced_pod(pod, namespace).spec.node_name.rsplit("-", 1)[0] for pod in pods}
+
+
+class Cycle:
+    """What one lend, drain and lend-again cycle showed."""
+
+    def __init__(self) -> None:
+        self.lent: list[str] = []
+        self.back: list[str] = []
+        self.weights_lent: dict[str, int] = {}
+        self.weights_back: dict[str, int] = {}
+        self.timeline: Timeline | None = None
+        self.drain_message = ""
+        self.traffic: ReadyClient | None = None
+
+
+def lend_drain_and_lend_again(kube, namespace, plane, s3, s3_endpoint, scenario_file, tmp_path, bucket: str,
+                              inference: dict, training: dict, weighted: bool) -> Cycle:
     acceptance = {"initial": {"general": GOOD, "legal": SHIFTED}, "r1": {"general": GOOD, "legal": GOOD},
                   "v1": {"general": GOOD, "legal": GOOD}}
     scenario_file.write_text(yaml.safe_dump(quiet_scenario("general", acceptance)))
     s3.create_bucket(Bucket=bucket)
     upload(s3, bucket, "seed-draft", seed_draft_files(tmp_path / "seed"))
     body = spec(bucket, s3_endpoint)
-    body["inference"] = {"replicas": 1, "gpusPerReplica": 1, "gpuClasses": ["H100"]}
-    body["training"] = {"gpuClasses": ["H100"], "gpusPerJob": 2, "lendWhenIdle": True}
+    body["inference"], body["training"] = inference, training
     create(kube, namespace, body)
+    custom, seen = client.CustomObjectsApi(kube), Cycle()
+
+    def weighted_by(lent: int) -> dict[str, int] | None:
+        weights = route_weights(custom, namespace)
+        return weights if len(weights) == 2 and all(weights.values()) == bool(lent) else None
 
     with ReadyClient(kube, namespace) as traffic:
-        lent = wait_for(lambda: lent_in_service(kube, namespace, 2), "two lent replicas in service", timeout_s=120)
-        wait_for(lambda: all(traffic.ok[pod] > 0 for pod in lent), "requests answered by the lent pods",
+        seen.traffic = traffic
+        seen.lent = wait_for(lambda: lent_in_service(kube, namespace, 2), "two lent replicas in service",
+                             timeout_s=120)
+        wait_for(lambda: all(traffic.ok[pod] > 0 for pod in seen.lent), "requests answered by the lent pods",
                  timeout_s=60)
-        st = status(kube, namespace)
-        assert st["lending"]["state"] == "Lent"
-        assert st["lending"]["gpuClass"] == "H100"
-        assert st["lending"]["replicas"] == 2
-        assert st["lending"]["reason"] == "Lent"
         wait_for(lambda: (status(kube, namespace).get("speculation") or {}).get("enabled"), "speculation on",
                  timeout_s=60)
+        if weighted:
+            seen.weights_lent = wait_for(lambda: weighted_by(2), "both classes weighted in the HTTPRoute",
+                                         timeout_s=60)
 
         with Timeline(kube, namespace) as timeline:
             # The traffic shifts: acceptance falls, collection starts, and the first Job is due.
             patch_spec(kube, namespace, {"control": {"capture": {"enabled": True}}})
             scenario_file.write_text(yaml.safe_dump(quiet_scenario("legal", acceptance)))
             wait_for(lambda: trained_job(kube, plane, namespace), "the trainer Job succeeded", timeout_s=240)
-        assert timeline.lent_when_job_seen == [], f"lent pods still there at the Job: {timeline.lent_when_job_seen}"
-
+        seen.timeline = timeline
         drained = events_where(kube, namespace, lambda es: any(e.reason == "LentReplicasDrained" for e in es),
                                "the LentReplicasDrained Event")
-        drain = next(e for e in drained if e.reason == "LentReplicasDrained")
-        assert "bound" not in drain.message, drain.message  # idle pods, not the bound, ended the drain
+        seen.drain_message = next(e.message for e in drained if e.reason == "LentReplicasDrained")
         assert any(e.reason == "LendingDraining" for e in drained)
 
         # The Job ended: the training share serves again.
-        back = wait_for(lambda: lent_in_service(kube, namespace, 2), "the lent replicas back in service",
-                        timeout_s=120)
-        assert set(back).isdisjoint(lent)  # new pods: the drained ones were deleted
-        wait_for(lambda: all(traffic.ok[pod] > 0 for pod in back), "requests answered by the new lent pods",
+        seen.back = wait_for(lambda: lent_in_service(kube, namespace, 2), "the lent replicas back in service",
+                             timeout_s=120)
+        wait_for(lambda: all(traffic.ok[pod] > 0 for pod in seen.back), "requests answered by the new lent pods",
                  timeout_s=60)
+        if weighted:
+            seen.weights_back = wait_for(lambda: weighted_by(2), "the lent class weighted again", timeout_s=60)
         time.sleep(1)
+    return seen
+
+
+def assert_cycle(seen: Cycle, kube: Any, namespace: str) -> None:
+    """What holds for any class: drained before the Job, idle at the drain's end, no failed request."""
+    assert seen.timeline is not None
+    assert seen.traffic is not None
+    assert seen.timeline.lent_when_job_seen == [], f"lent pods at the Job: {seen.timeline.lent_when_job_seen}"
+    assert "bound" not in seen.drain_message, seen.drain_message  # idle pods, not the bound, ended the drain
+    assert set(seen.back).isdisjoint(seen.lent)  # new pods: the drained ones were deleted
+    traffic = seen.traffic
     assert traffic.failed == [], traffic.failed[:5]
     assert sum(traffic.ok.values()) > 100
     assert lifecycle(status(kube, namespace))["run_counter"] >= 1
-    print(f"served {sum(traffic.ok.values())} requests ({sum(traffic.ok[p] for p in (*lent, *back))} on lent pods), "
-          f"0 failed; {drain.message}")  # the figures, with -s
+    lent_ok = sum(traffic.ok[p] for p in (*seen.lent, *seen.back))
+    print(f"served {sum(traffic.ok.values())} requests ({lent_ok} on lent pods), 0 failed; "
+          f"{seen.drain_message}; weights lent {seen.weights_lent}, at the Job "
+          f"{seen.timeline.weights_when_job_seen}, back {seen.weights_back}")  # the figures, with -s
+
+
+def test_the_same_class_is_lent_behind_the_plain_service(kube, namespace, operator, plane, s3, s3_endpoint,
+                                                         scenario_file, tmp_path):
+    seen = lend_drain_and_lend_again(
+        kube, namespace, plane, s3, s3_endpoint, scenario_file, tmp_path, "tide-lend",
+        inference={"replicas": 1, "gpusPerReplica": 1, "gpuClasses": ["H100"]},
+        training={"gpuClasses": ["H100"], "gpusPerJob": 2, "lendWhenIdle": True}, weighted=False)
+    assert_cycle(seen, kube, namespace)
+    lending = status(kube, namespace)["lending"]
+    assert (lending["state"], lending["gpuClass"], lending["replicas"]) == ("Lent", "H100", 2)
+    assert lending["reason"] == "Lent"
+    assert route_weights(client.CustomObjectsApi(kube), namespace) == {}  # no gateway named: no route
+
+
+def test_mi250_training_gpus_serve_beside_h100_behind_weighted_routing(kube, namespace, operator, plane, s3,
+                                                                      s3_endpoint, scenario_file, tmp_path):
+    seen = lend_drain_and_lend_again(
+        kube, namespace, plane, s3, s3_endpoint, scenario_file, tmp_path, "tide-lend-mi250",
+        inference={"replicas": 1, "gpusPerReplica": 1, "gpuClasses": ["H100"], "gateway": {"name": "inference"}},
+        training={"gpuClasses": ["MI250"], "gpusPerJob": 2, "lendWhenIdle": True}, weighted=True)
+    assert_cycle(seen, kube, namespace)
+    assert nodes_of(kube, namespace, seen.back) == {"mi250"}
+    # One H100 replica (6.76 per GPU) beside two lent MI250 replicas (1.0 each), at the same speedup.
+    weights = seen.weights_lent
+    assert set(weights) == {"chat-vllm-h100", "chat-vllm-mi250"}
+    assert weights["chat-vllm-h100"] / weights["chat-vllm-mi250"] == pytest.approx(6.76 / 2, rel=0.01)
+    assert seen.timeline.weights_when_job_seen["chat-vllm-mi250"] == 0  # drained: no traffic routed there
+    services = client.CoreV1Api(kube).read_namespaced_service("chat-vllm-mi250", namespace)
+    assert services.spec.selector["tide.dev/gpu-class"] == "MI250"
+    lending = status(kube, namespace)["lending"]
+    assert (lending["gpuClass"], lending["reason"]) == ("MI250", "Lent")

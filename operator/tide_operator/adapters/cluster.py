@@ -10,6 +10,7 @@ build (manifests/field_manager.py), so an unchanged TideDeployment costs zero wr
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from tide_operator.manifests.field_manager import (
     with_applied_hash,
 )
 from tide_operator.manifests.ownership import ChildConflict, conflict, owner_uids
+from tide_operator.manifests.routing import GATEWAY_GROUP, HTTP_ROUTE, ROUTE_VERSIONS
 from tide_operator.process_identity import USER_AGENT
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,8 @@ DISRUPTION_BUDGET = "PodDisruptionBudget"
 # Group versions serving PodDisruptionBudget, newest first: policy/v1 since Kubernetes 1.21, only
 # policy/v1beta1 on 1.20 (removed in 1.25). The python client types only v1, so both go by path.
 POLICY_VERSIONS = ("policy/v1", "policy/v1beta1")
+ROUTE_DISCOVERY_S = 60.0
+_ROUTE_APIS: dict[str, tuple[float, str | None]] = {}  # API server -> (when asked, the HTTPRoute version)
 # API server URL -> the policy version it serves: discovered once per operator process.
 _POLICY_VERSION: dict[str, str] = {}
 RequestTimeout = tuple[float, float]  # (connect, read) seconds
@@ -263,6 +267,25 @@ class Cluster:
         items = self.core.list_namespaced_pod(namespace, label_selector=selector).items
         return [self.api.sanitize_for_serialization(p) for p in items]
 
+    def http_route_api_version(self) -> str | None:
+        """``gateway.networking.k8s.io/<version>`` where the Gateway API's HTTPRoute is served, else None.
+        Discovery, asked again after ROUTE_DISCOVERY_S: CRDs installed later are found."""
+        key = self.api.configuration.host
+        known = _ROUTE_APIS.get(key)
+        if known is not None and time.monotonic() - known[0] < ROUTE_DISCOVERY_S:
+            return known[1]
+        found = None
+        try:
+            groups = client.ApisApi(self.api).get_api_versions().groups or []
+        except ApiException:
+            groups = []
+        served = {v.version for g in groups if g.name == GATEWAY_GROUP for v in g.versions or []}
+        version = next((v for v in ROUTE_VERSIONS if v in served), None)
+        if version is not None:
+            found = f"{GATEWAY_GROUP}/{version}"
+        _ROUTE_APIS[key] = (time.monotonic(), found)
+        return found
+
     def set_pod_condition(self, namespace: str, pod: str, condition: dict[str, Any]) -> None:
         """One condition on a pod's status (a readiness gate), merged by type: the kubelet's stay."""
         self.core.patch_namespaced_pod_status(pod, namespace, {"status": {"conditions": [condition]}},
@@ -302,6 +325,7 @@ class Cluster:
                 cached := self.cache.tide_deployment(namespace, name)) is not None:
             return cached  # ours, from the watch; a miss is read (a same-named object may not be ours)
         reader = {"Deployment": self.apps.read_namespaced_deployment, "Service": self.core.read_namespaced_service,
+                  HTTP_ROUTE: lambda n, ns: self._routes().get_namespaced_custom_object(*self._route_path(ns), n),
                   "ConfigMap": self.core.read_namespaced_config_map, "Secret": self.core.read_namespaced_secret,
                   "Job": self.batch.read_namespaced_job,
                   DISRUPTION_BUDGET: lambda n, ns: self._policy_call("GET", self._budgets(ns, n))}[kind]
@@ -318,6 +342,8 @@ class Cluster:
                    "ConfigMap": self.core.create_namespaced_config_map,
                    "Secret": self.core.create_namespaced_secret,
                    "Job": self.batch.create_namespaced_job,
+                   HTTP_ROUTE: lambda ns, b, field_manager: self._routes().create_namespaced_custom_object(
+                       *self._route_path(ns), b, field_manager=field_manager),
                    DISRUPTION_BUDGET: lambda ns, b, field_manager: self._policy_call(
                        "POST", self._budgets(ns), b, [("fieldManager", field_manager)])}[kind]
         creator(namespace, body, field_manager=FIELD_MANAGER)
@@ -328,8 +354,20 @@ class Cluster:
                    "ConfigMap": self.core.patch_namespaced_config_map,
                    "Secret": self.core.patch_namespaced_secret,
                    "Job": self.batch.patch_namespaced_job,
+                   HTTP_ROUTE: lambda n, ns, b, **how: self._routes().patch_namespaced_custom_object(
+                       *self._route_path(ns), n, b, **how),
                    DISRUPTION_BUDGET: self._patch_budget}[kind]
         return self.api.sanitize_for_serialization(patcher(name, namespace, body, **how))
+
+    def _routes(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def _route_path(self, namespace: str) -> tuple[str, str, str, str]:
+        api_version = self.http_route_api_version()
+        if api_version is None:
+            raise ApiException(status=404, reason="the Gateway API's HTTPRoute is not served by this cluster")
+        group, version = api_version.split("/")
+        return group, version, namespace, "httproutes"
 
     def _patch_budget(self, name: str, namespace: str, body: Any, *, _content_type: str,
                       field_manager: str | None = None, force: bool | None = None) -> dict[str, Any]:

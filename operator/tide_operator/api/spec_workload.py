@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, StringConstraints
 
-from tide_operator.api.base import ApiModel, DnsSubdomain, GpuClassName, ModelLocation, cel_validations
+from tide_operator.api.base import ApiModel, DnsLabel, DnsSubdomain, GpuClassName, ModelLocation, cel_validations
 from tide_operator.api.extra_args import cel_rule as extra_args_cel_rule
 
 # Strings are never empty: the v1.20 API server validates "" in a custom resource as null.
@@ -126,6 +126,18 @@ class DisruptionSpec(ApiModel):
     """Pods that must stay up through a drain, instead: a count (0-64) or a percentage ("75%")."""
 
 
+class GatewayRef(ApiModel):
+    """The Gateway API Gateway an HTTPRoute of the vLLM pods attaches to (its parentRef)."""
+
+    name: DnsSubdomain
+    """Name of the Gateway."""
+    namespace: DnsLabel | None = None
+    """Its namespace; default: the TideDeployment's (another one must allow the route: allowedRoutes)."""
+    section_name: Annotated[str, StringConstraints(min_length=1, max_length=253,
+                                                   pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")] | None = None
+    """One listener of the Gateway; default: every listener that accepts the route."""
+
+
 class InferenceSpec(PodScheduling):
     """The vLLM servers on the inference pool."""
 
@@ -147,6 +159,11 @@ class InferenceSpec(PodScheduling):
     """Port of the OpenAI API, /health, /metrics and the serving plugin's control routes."""
     disruption: DisruptionSpec = Field(default_factory=DisruptionSpec)
     """The PodDisruptionBudget of the vLLM pods (maxUnavailable 1 by default)."""
+    gateway: GatewayRef | None = None
+    """Route requests by capacity: a Service per GPU class serving and an HTTPRoute (Gateway API, where its
+    CRDs are installed) attached to this Gateway, each class weighted by its ready replicas' modelled
+    throughput. Without it the one Service spreads requests evenly per pod, and lending
+    (training.lendWhenIdle) skips a training class slower per replica than the serving one."""
 
 
 class TrainingSpec(PodScheduling):

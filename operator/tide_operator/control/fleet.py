@@ -81,6 +81,18 @@ def fleet_rate(groups: Sequence[ClassGroup], routing: Routing) -> float:
     return sum(g.replicas for g in serving) * min(g.replica_rate for g in serving)
 
 
+ROUTE_WEIGHT_SCALE = 100  # an HTTPRoute weight per MI250-without-speculation unit (integers up to 1,000,000)
+
+
+def capacity_weights(groups: Sequence[ClassGroup]) -> dict[str, int]:
+    """Each class's share of the requests under weighted routing: what its replicas serve now, so every
+    pod runs at the same fraction of its capacity. Groups of one class (lent beside serving) add up."""
+    weights: dict[str, int] = {}
+    for g in groups:
+        weights[g.name] = weights.get(g.name, 0) + round(ROUTE_WEIGHT_SCALE * g.replicas * g.replica_rate)
+    return weights
+
+
 @dataclass(frozen=True)
 class LendTiming:
     startup_s: float = 240.0  # a lent replica from scheduling to Ready (model load, warm-up)
@@ -120,12 +132,9 @@ def decide_fleet(inp: FleetInput) -> FleetDecision:
 
 
 def _lend_reason(inp: FleetInput) -> LendReason:
-    if not inp.lend_when_idle:
-        return LendReason.NOT_ENABLED
-    if inp.lendable is None:
-        return LendReason.NOTHING_TO_LEND
-    if inp.job_running:
-        return LendReason.JOB_RUNNING
+    if not inp.lend_when_idle or inp.lendable is None or inp.job_running:
+        return (LendReason.NOT_ENABLED if not inp.lend_when_idle
+                else LendReason.NOTHING_TO_LEND if inp.lendable is None else LendReason.JOB_RUNNING)
     due = inp.seconds_to_job
     if due is not None and due <= inp.timing.drain_s:
         return LendReason.JOB_DUE

@@ -34,6 +34,11 @@ def lent_serving_name(td_name: str) -> str:
     return dns_label(f"{td_name}-vllm-lent")
 
 
+def class_service_name(td_name: str, gpu_class: str) -> str:
+    """Service of one GPU class's vLLM pods (a backend of the HTTPRoute, inference.gateway)."""
+    return dns_label(f"{td_name}-vllm-{gpu_class.lower()}")
+
+
 def disruption_budget_name(td_name: str) -> str:
     """PodDisruptionBudget of the vLLM pods: named like their Deployment (another kind, no clash)."""
     return serving_name(td_name)

@@ -47,6 +47,7 @@ class Lending:
     adopt: Any
     in_flight: InFlight = requests_in_flight
     timing: LendTiming = field(default_factory=LendTiming)
+    routing: Routing = Routing.EVEN  # WEIGHTED where an HTTPRoute splits requests by capacity (passes/routing.py)
 
 
 def lend(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement, draft: StatusDraft,
@@ -57,8 +58,7 @@ def lend(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placeme
     if not spec.training.lend_when_idle and before is None:
         return reading  # never lent: no read, no write
     pods = _lent_pods(lending.cluster.pods(namespace, labels.lent_selector(name)), spec.inference.port, lending)
-    fleet = decide_fleet(_fleet_input(spec, placement, draft, state, params, reading, bool(pods), lending.timing,
-                                      now_s))
+    fleet = decide_fleet(_fleet_input(spec, placement, draft, state, params, reading, bool(pods), lending, now_s))
     since = _parse(before.draining_since) if before and before.draining_since else None
     plan = plan_lending(DrainInput(fleet.lend, fleet_replicas(spec, placement, fleet), pods, now_s,
                                    lending.timing.drain_s, since))
@@ -84,10 +84,10 @@ def lendable_replicas(spec: TideDeploymentSpec, placement: Placement) -> int:
 
 
 def _fleet_input(spec: TideDeploymentSpec, placement: Placement, draft: StatusDraft, state: PolicyState,
-                 params: PolicyParams, reading: SensorReading, lent: bool, timing: LendTiming,
+                 params: PolicyParams, reading: SensorReading, lent: bool, lending: Lending,
                  now_s: float) -> FleetInput:
     inference, training = placement.inference.gpu_class, placement.training.gpu_class
-    speedup = _speedup(draft)
+    speedup = modelled_speedup(draft)
     serving = (ClassGroup(inference.name, spec.inference.replicas, spec.inference.gpus_per_replica,
                           inference.inference_throughput, speedup),) if inference else ()
     lendable = None
@@ -96,8 +96,8 @@ def _fleet_input(spec: TideDeploymentSpec, placement: Placement, draft: StatusDr
                               spec.inference.gpus_per_replica, training.inference_throughput, speedup)
     lifecycle = state.lifecycle
     running = lifecycle.active_run is not None or lifecycle.phase in (LifecyclePhase.TRAINING, LifecyclePhase.RECALLING)
-    return FleetInput(serving, lendable, spec.training.lend_when_idle, Routing.EVEN, running,
-                      _seconds_to_job(state, params, reading, now_s), timing, lent)
+    return FleetInput(serving, lendable, spec.training.lend_when_idle, lending.routing, running,
+                      _seconds_to_job(state, params, reading, now_s), lending.timing, lent)
 
 
 def _lendable(spec: TideDeploymentSpec, placement: Placement) -> bool:
@@ -109,7 +109,8 @@ def _lendable(spec: TideDeploymentSpec, placement: Placement) -> bool:
     return spec.inference.image is None or training.vendor == inference.vendor
 
 
-def _speedup(draft: StatusDraft) -> float:
+def modelled_speedup(draft: StatusDraft) -> float:
+    """The speedup the last pass modelled while speculation is on (1.0 while it is off)."""
     speculation = draft.status.speculation
     if speculation is None or not speculation.enabled or speculation.modelled_speedup_percent is None:
         return 1.0

@@ -165,3 +165,18 @@ def test_a_slower_class_behind_a_plain_service_is_not_lent() -> None:
     assert draft.status.lending.reason == "LendingDoesNotPay"
     assert LENT not in cluster.deployments
     assert "Even routing" in draft.status.lending.message
+
+
+def test_a_slower_class_is_lent_behind_capacity_weighted_routing() -> None:
+    from tide_operator.control.fleet import Routing
+
+    cluster, draft = FakeCluster(), new_draft()
+    spec = spec_with(training={"gpusPerJob": 4, "lendWhenIdle": True})
+    lending = Lending(cluster, OperatorConfig(), adopt=lambda child: child,  # type: ignore[arg-type]
+                      in_flight=lambda ip, port: 0, routing=Routing.WEIGHTED)
+    lend("chat", "llm", spec, placement("H100", "MI250"), draft, PolicyState(lifecycle=IDLE),
+         PolicyParams(target_revision="r"), SensorReading(Observation()), lending, 0.0)
+    assert draft.status.lending.reason == "Lent"
+    lent = cluster.deployments[LENT]
+    assert lent["spec"]["replicas"] == 1  # the Job's 4 MI250 GPUs as one 4-GPU replica
+    assert lent["spec"]["template"]["metadata"]["labels"][labels.GPU_CLASS_LABEL] == "MI250"
