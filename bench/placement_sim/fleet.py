@@ -25,7 +25,7 @@ from bench.policy_sim.world import Deployment, World
 from tide_operator.catalog import DEFAULT_CATALOG
 from tide_operator.control.cost_model import best_speculative_tokens
 from tide_operator.control.fleet import ClassGroup, FleetInput, LendTiming, Routing, decide_fleet, fleet_rate
-from tide_operator.control.fleet_training import LoadRegime, TrainingValue, keep_training, reachable_acceptance
+from tide_operator.control.fleet_training import LoadRegime, VerdictInput, training_verdict
 from tide_operator.control.lifecycle_training import seconds_to_job
 from tide_operator.control.policy import PolicyParams, PolicyState, lifecycle_params
 
@@ -165,30 +165,22 @@ class FleetTrainer:
         policy, params = self.policy, self.policy.params
         state = _state(policy)
         batch = prom.view(policy.world, policy.dep, t).batch_size
-        if batch is not None:
-            regime = self.regime or LoadRegime(t, batch)
-            self.regime = regime.observe(batch, state.lifecycle.promoted_acceptance, t)
         job = policy.dep.job
         if job is not None and (self.launched is None or self.launched[0] != job.run_id):
             self.launched = (job.run_id, t)
-        now = state.acceptance_estimate
-        regime = self.regime
-        if self.always_train or now is None or batch is None or regime is None or (
-                not self.shape.lending_pays(self.routing)):
-            return None
-        run_s = policy.world.params.training_s + CANARY_S
-        if job is not None and self.launched is not None:
-            run_s = max(0.0, run_s - (t - self.launched[1]))
+        running_since = self.launched[1] if job is not None and self.launched is not None else None
 
         def speedup(a: float) -> float:
-            return best_speculative_tokens(a, batch, params.num_speculative_tokens, params.profile)[1]
+            return best_speculative_tokens(a, batch or 1.0, params.num_speculative_tokens, params.profile)[1]
 
-        value = TrainingValue(fleet_rate(self.shape.groups(1.0), self.routing),
-                              fleet_rate((self.shape.training.group(1.0),), self.routing),
-                              speedup(now), speedup(max(reachable_acceptance(regime.best_promoted), now)),
-                              regime.expected_rest(t), run_s)
-        running_since = self.launched[1] if job is not None and self.launched is not None else None
-        return None if keep_training(value, regime, running_since) else value.message()
+        reading = VerdictInput(t, batch, state.acceptance_estimate, state.lifecycle.promoted_acceptance,
+                               fleet_rate(self.shape.groups(1.0), self.routing),
+                               fleet_rate((self.shape.training.group(1.0),), self.routing),
+                               policy.world.params.training_s + CANARY_S, running_since)
+        self.regime, held = training_verdict(self.regime, reading, speedup)
+        if self.always_train or not self.shape.lending_pays(self.routing):
+            return None
+        return held
 
 
 def run_fleet(world: World, params: PolicyParams, shape: FleetShape | None, routing: Routing,

@@ -218,6 +218,15 @@ class PodCallsConfig(_ConfigModel):
     version in its status and does not load it again."""
 
 
+class LendingConfig(_ConfigModel):
+    """Lending the training pool to serving (training.lendWhenIdle, docs/fleet.md)."""
+
+    drain_seconds: float = Field(default=60.0, gt=0, le=3600)
+    """The drain's bound: lent pods out of service get this long for their requests in flight."""
+    startup_seconds: float = Field(default=240.0, gt=0, le=7200)
+    """A lent replica from scheduling to serving (model load): nothing is lent for a shorter window."""
+
+
 class KubernetesConfig(_ConfigModel):
     """The operator's own Kubernetes API calls (cluster.py); Kopf's watches keep their own timeouts."""
 
@@ -254,6 +263,7 @@ class OperatorConfig(_ConfigModel):
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig)
     pod_calls: PodCallsConfig = Field(default_factory=PodCallsConfig)
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
+    lending: LendingConfig = Field(default_factory=LendingConfig)
 
     @property
     def catalog(self) -> GpuCatalog:

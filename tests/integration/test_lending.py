@@ -254,7 +254,13 @@ def lend_drain_and_lend_again(kube, namespace, plane, s3, s3_endpoint, scenario_
             # The traffic shifts: acceptance falls, collection starts, and the first Job is due.
             patch_spec(kube, namespace, {"control": {"capture": {"enabled": True}}})
             scenario_file.write_text(yaml.safe_dump(quiet_scenario("legal", acceptance)))
-            wait_for(lambda: trained_job(kube, plane, namespace), "the trainer Job succeeded", timeout_s=240)
+            try:
+                wait_for(lambda: trained_job(kube, plane, namespace), "the trainer Job succeeded", timeout_s=240)
+            except AssertionError as e:
+                st = status(kube, namespace)
+                control = st.get("controlState") or {}
+                raise AssertionError(f"{e}\nlending: {st.get('lending')}\nlifecycle: {lifecycle(st).get('phase')} "
+                                     f"{control.get('lifecycle_reason')}: {control.get('lifecycle_message')}") from e
         seen.timeline = timeline
         drained = events_where(kube, namespace, lambda es: any(e.reason == "LentReplicasDrained" for e in es),
                                "the LentReplicasDrained Event")

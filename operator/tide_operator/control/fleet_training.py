@@ -21,6 +21,7 @@ Pure: the caller tracks the regime from its batch-size readings and knows the ru
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tide_operator.control.cost_model import acceptance_rate_from_length
@@ -34,6 +35,9 @@ REGIME_PRIOR_S = 1200.0  # R before any regime has ended: how long a load is ass
 # Hysteresis of the verdict, as the speculation switch has its own: a run starts only when its gain clears
 # the cost by this share, and a running one is cancelled only when its gain falls this share below it.
 TRAINING_HYSTERESIS = 0.5
+# T before this deployment's own runs are timed: a trainer Job and its evaluation and canary until the draft
+# serves every pod (the policy benchmark's world: 480-900 s of training, about two minutes of canary).
+RUN_PRIOR_S = 720.0
 
 
 def reachable_acceptance(best_promoted: float | None) -> float:
@@ -59,10 +63,10 @@ class LoadRegime:
             return LoadRegime(now, batch, typical, best)
         return replace(self, best_promoted=best)
 
-    def expected_rest(self, now: float) -> float:
-        """R: as long again as the regime has held, or as long as regimes last here (REGIME_PRIOR_S until
-        one has ended)."""
-        return max(now - self.since, REGIME_PRIOR_S if self.typical_s is None else self.typical_s)
+    def expected_rest(self, now: float, prior_s: float = REGIME_PRIOR_S) -> float:
+        """R: as long again as the regime has held, or as long as regimes last here (``prior_s`` until one
+        has ended)."""
+        return max(now - self.since, prior_s if self.typical_s is None else self.typical_s)
 
 
 @dataclass(frozen=True)
@@ -103,3 +107,40 @@ def keep_training(value: TrainingValue, regime: LoadRegime, running_since: float
     if running_since is not None and regime.since <= running_since:
         return True
     return value.pays(running=running_since is not None)
+
+
+@dataclass(frozen=True)
+class VerdictInput:
+    """One pass's reading for the verdict."""
+
+    now: float
+    batch: float | None  # requests running per engine (Prometheus): where the speedups are modelled
+    acceptance: float | None  # the served draft's per-token acceptance, last known
+    promoted: float | None  # the acceptance the last promotion reached (lifecycle.promoted_acceptance)
+    serving_rate: float  # C_s: the serving groups without speculation (fleet_rate at s = 1)
+    lend_rate: float  # C_t: the training class's replicas without speculation
+    run_s: float = RUN_PRIOR_S  # T: a run's length to promotion
+    running_since: float | None = None  # when the running Job was first seen (None: none runs)
+    regime_prior_s: float = REGIME_PRIOR_S  # R before any regime has ended
+    # What the regime tracks (default: batch): requests running over all engines where the pod count moves
+    # (lent replicas added and drained would otherwise end a regime each time they halve the batch per engine).
+    load: float | None = None
+
+
+def training_verdict(regime: LoadRegime | None, inp: VerdictInput,
+                     speedup: Callable[[float], float]) -> tuple[LoadRegime | None, str | None]:
+    """The regime after this reading, and why training waits (None: train as the lifecycle decides).
+
+    ``speedup``: the cost model's speedup at a per-token acceptance, at the batch size now (s and s*).
+    Without a batch size or an acceptance the verdict holds nothing: training runs as TIDE's would.
+    """
+    load = inp.load if inp.load is not None else inp.batch
+    if load is not None:
+        regime = (regime or LoadRegime(inp.now, load)).observe(load, inp.promoted, inp.now)
+    if inp.acceptance is None or inp.batch is None or regime is None:
+        return regime, None
+    run_s = inp.run_s if inp.running_since is None else max(0.0, inp.run_s - (inp.now - inp.running_since))
+    value = TrainingValue(inp.serving_rate, inp.lend_rate, speedup(inp.acceptance),
+                          speedup(max(reachable_acceptance(regime.best_promoted), inp.acceptance)),
+                          regime.expected_rest(inp.now, inp.regime_prior_s), run_s)
+    return regime, None if keep_training(value, regime, inp.running_since) else value.message()

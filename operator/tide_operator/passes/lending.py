@@ -10,7 +10,7 @@ status.lending (the drain's start survives an operator restart).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +22,14 @@ from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.conditions import rfc3339
 from tide_operator.api.status import LendingStatus
 from tide_operator.config import OperatorConfig
-from tide_operator.control.fleet import ClassGroup, FleetDecision, FleetInput, LendTiming, Routing, decide_fleet
+from tide_operator.control.fleet import (
+    ClassGroup,
+    FleetDecision,
+    FleetInput,
+    LendTiming,
+    Routing,
+    decide_fleet,
+)
 from tide_operator.control.lending import SERVING_GATE, DrainInput, DrainPlan, LendState, LentPod, plan_lending
 from tide_operator.control.lifecycle_training import seconds_to_job
 from tide_operator.control.lifecycle_types import Phase as LifecyclePhase
@@ -46,8 +53,11 @@ class Lending:
     config: OperatorConfig
     adopt: Any
     in_flight: InFlight = requests_in_flight
-    timing: LendTiming = field(default_factory=LendTiming)
     routing: Routing = Routing.EVEN  # WEIGHTED where an HTTPRoute splits requests by capacity (passes/routing.py)
+
+    @property
+    def timing(self) -> LendTiming:
+        return LendTiming(startup_s=self.config.lending.startup_seconds, drain_s=self.config.lending.drain_seconds)
 
 
 def lend(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement, draft: StatusDraft,
@@ -58,7 +68,8 @@ def lend(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placeme
     if not spec.training.lend_when_idle and before is None:
         return reading  # never lent: no read, no write
     pods = _lent_pods(lending.cluster.pods(namespace, labels.lent_selector(name)), spec.inference.port, lending)
-    fleet = decide_fleet(_fleet_input(spec, placement, draft, state, params, reading, bool(pods), lending, now_s))
+    fleet_input = _fleet_input(spec, placement, draft, state, reading, bool(pods), lending)
+    fleet = decide_fleet(replace(fleet_input, seconds_to_job=_seconds_to_job(state, params, reading, now_s)))
     since = _parse(before.draining_since) if before and before.draining_since else None
     plan = plan_lending(DrainInput(fleet.lend, fleet_replicas(spec, placement, fleet), pods, now_s,
                                    lending.timing.drain_s, since))
@@ -84,8 +95,8 @@ def lendable_replicas(spec: TideDeploymentSpec, placement: Placement) -> int:
 
 
 def _fleet_input(spec: TideDeploymentSpec, placement: Placement, draft: StatusDraft, state: PolicyState,
-                 params: PolicyParams, reading: SensorReading, lent: bool, lending: Lending,
-                 now_s: float) -> FleetInput:
+                 reading: SensorReading, lent: bool, lending: Lending) -> FleetInput:
+    """The split's input; the time to the next Job is filled in once the training verdict is known."""
     inference, training = placement.inference.gpu_class, placement.training.gpu_class
     speedup = modelled_speedup(draft)
     serving = (ClassGroup(inference.name, spec.inference.replicas, spec.inference.gpus_per_replica,
@@ -96,8 +107,8 @@ def _fleet_input(spec: TideDeploymentSpec, placement: Placement, draft: StatusDr
                               spec.inference.gpus_per_replica, training.inference_throughput, speedup)
     lifecycle = state.lifecycle
     running = lifecycle.active_run is not None or lifecycle.phase in (LifecyclePhase.TRAINING, LifecyclePhase.RECALLING)
-    return FleetInput(serving, lendable, spec.training.lend_when_idle, lending.routing, running,
-                      _seconds_to_job(state, params, reading, now_s), lending.timing, lent)
+    return FleetInput(serving, lendable, spec.training.lend_when_idle, lending.routing, running, None,
+                      lending.timing, lent)
 
 
 def _lendable(spec: TideDeploymentSpec, placement: Placement) -> bool:

@@ -70,3 +70,35 @@ def test_a_running_run_is_weighed_again_only_after_the_load_moved() -> None:
     assert not keep_training(poor, moved, running_since=100.0)
     assert not keep_training(poor, steady, running_since=None)
     assert keep_training(_value(1.0, 1.5, 3000), moved, running_since=100.0)
+
+
+def _speedup(acceptance: float) -> float:
+    return 1.0 + acceptance  # any increasing model: the verdict compares s and s*
+
+
+def test_the_verdict_tracks_the_load_not_the_batch_per_engine() -> None:
+    from tide_operator.control.fleet_training import VerdictInput, training_verdict
+
+    def reading(now: float, batch: float, load: float | None) -> VerdictInput:
+        return VerdictInput(now, batch, 0.5, None, serving_rate=10.0, lend_rate=10.0, run_s=30.0, load=load)
+
+    regime, _ = training_verdict(None, reading(0.0, 8.0, 8.0), _speedup)
+    # Lent replicas triple the engines: the batch per engine falls to a third, the load stays.
+    regime, held = training_verdict(regime, reading(600.0, 8.0 / 3, 8.0), _speedup)
+    assert regime is not None
+    assert regime.since == 0.0  # the same regime: R is its 600 s or the prior, not the lending's moment
+    assert held is None  # s 1.5 -> s* 1.69 over 1170 s pays 30 s of the lent GPUs
+    by_batch, _ = training_verdict(None, reading(0.0, 8.0, None), _speedup)
+    by_batch, held = training_verdict(by_batch, reading(600.0, 8.0 / 3, None), _speedup)
+    assert by_batch is not None
+    assert by_batch.since == 600.0  # without the load the batch per engine ends the regime
+
+
+def test_no_reading_no_verdict() -> None:
+    from tide_operator.control.fleet_training import VerdictInput, training_verdict
+
+    regime, held = training_verdict(None, VerdictInput(0.0, None, 0.5, None, 10.0, 10.0), _speedup)
+    assert (regime, held) == (None, None)
+    regime, held = training_verdict(None, VerdictInput(0.0, 4.0, None, None, 10.0, 10.0), _speedup)
+    assert regime is not None
+    assert held is None  # no acceptance known: training as TIDE's
