@@ -36,6 +36,7 @@ from tests.integration.promotion_flow import (
     lifecycle,
     operator_config,
     patch_spec,
+    scenario,
     seed_draft_files,
     spec,
     status,
@@ -43,7 +44,6 @@ from tests.integration.promotion_flow import (
     upload,
 )
 from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
-from tide_e2e.sim_draft import CAPTURE
 
 pytestmark = pytest.mark.integration
 
@@ -67,8 +67,9 @@ ROUTE_CRD = {
 
 def quiet_scenario(domain: str, acceptance: dict[str, dict[str, float]]) -> dict[str, Any]:
     """The promotion scenario without background load: what runs on a pod is what the client sent."""
-    return {"seed": 5, "acceptance": acceptance, "capture": CAPTURE,
-            "timeline": [{"at_s": 0, "domain": domain, "background_running": 0}]}
+    world = scenario(domain, acceptance)
+    world["timeline"][0]["background_running"] = 0
+    return world
 
 
 class ReadyClient:
