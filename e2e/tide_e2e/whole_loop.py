@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import re
 import tempfile
 import threading
 import time
@@ -435,6 +436,26 @@ class WholeLoop:
         wall_t0 = time.time() - (time.monotonic() - self.t0)
         r.jobs_created = {j.metadata.name: j.metadata.creation_timestamp.timestamp() - wall_t0 for j in jobs}
         r.requests_ok, r.requests_failed = traffic.stats.total_ok, list(traffic.stats.failed)
+
+
+@dataclass(frozen=True)
+class TrainingLaunch:
+    at_s: float  # when the watcher saw the lifecycle enter Training (seconds from the start)
+    captured_since: float  # the start of the captures it trains on, from its message (seconds from the start)
+    message: str
+
+
+_SINCE_SHIFT = re.compile(r"on the captures since the shift (\d+)s ago")
+
+
+def shift_run(transitions: list[Transition], shift_at: float) -> TrainingLaunch | None:
+    """The first training run on captures that start after ``shift_at`` (the lifecycle names the shift its
+    samples start at); a run launched on older captures (a next round) is not the shift's."""
+    for t in transitions:
+        found = _SINCE_SHIFT.search(t.message) if t.phase == "Training" else None
+        if found and t.at_s - int(found.group(1)) > shift_at - 1:  # the message rounds to whole seconds
+            return TrainingLaunch(t.at_s, t.at_s - int(found.group(1)), t.message)
+    return None
 
 
 def _urlopen(url: str) -> Any:

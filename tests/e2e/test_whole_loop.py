@@ -36,7 +36,7 @@ pytestmark = [
 
 def test_shift_is_detected_trained_canaried_and_promoted_with_real_vllm(plane, kube, s3_endpoint, s3, tmp_path):
     from tide_e2e.demo import write_plot
-    from tide_e2e.whole_loop import LoopSettings, WholeLoop, summary_table
+    from tide_e2e.whole_loop import LoopSettings, WholeLoop, shift_run, summary_table
 
     settings = LoopSettings(namespace=f"loop-{uuid.uuid4().hex[:6]}", bucket=f"loop-{uuid.uuid4().hex[:6]}",
                             return_home=True)
@@ -55,10 +55,14 @@ def test_shift_is_detected_trained_canaried_and_promoted_with_real_vllm(plane, k
     assert a["after_shift"] < a["home_draft"] - 0.1, a
     assert a["after_promotion"] > a["after_shift"] + 0.05, a
 
-    # The operator saw the drop itself (drift detector on Prometheus data), after the switch and before training.
+    # The operator saw the drop itself (drift detector on Prometheus data), after the switch, and trained on
+    # what it captured since: the shift's run is the first whose samples start after the switch. (The loop
+    # keeps collecting after the home round's promotion, so a next round on code may launch just before
+    # the drop is seen; the shift cancels it as stale.)
     assert result.shift_at is not None
-    training = next(t.at_s for t in result.transitions if t.phase == "Training" and t.at_s > result.shift_at)
-    assert any(result.shift_at < at < training for at in result.shift_detected_at), (
+    training = shift_run(result.transitions, result.shift_at)
+    assert training is not None, result.transitions
+    assert any(result.shift_at < at <= training.captured_since + 2 for at in result.shift_detected_at), (
         result.shift_at, result.shift_detected_at, training)
 
     # S3 at the prose round's promotion: the pointer names v2 from a later run, its manifest lists verified
