@@ -57,7 +57,7 @@ from tide_contracts.draft_pool import DEFAULT_MAX_DRAFTS, DraftPool, served
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.status import Phase, TideDeploymentStatus
 from tide_operator.control import actions as act
-from tide_operator.control.draft_return import TrafficSignatures, against_pool, return_window
+from tide_operator.control.draft_return import TrafficSignatures, against_pool, return_windows
 from tide_operator.control.lifecycle import Phase as LifecyclePhase
 from tide_operator.control.lifecycle import RecallObservation, TrainingObservation, TrainingStatus
 from tide_operator.control.policy import Observation, PolicyParams, PolicyState
@@ -209,7 +209,7 @@ def _traffic(dep: Deployment, state: PolicyState, pool: DraftPool | None,
     """sensors.pooled_drafts' return window: the newest captures' signatures against the pool's."""
     if pool is None or not recall_threshold:
         return None
-    window = return_window(state.lifecycle, capture_objects(dep.buffer), recall_threshold)
+    window = return_windows(state.lifecycle, capture_objects(dep.buffer), recall_threshold)
     return against_pool(window, pool, dep.pointer.name, pooled(pool, dep.pointer.name)) if window else None
 
 

@@ -12,6 +12,14 @@ While capture is on, every shard carries its rows' domain signature in its metad
 served draft's, the traffic returned: the lifecycle treats it as a shift and scores the pool on it
 (lifecycle_recall.py); the evaluation, not the signature, decides whether anything is recalled
 (docs/draft-pool.md: the signature ranks domains, it cannot tell a good draft from a bad one).
+
+Traffic can also come back while a round collects or its pool evaluation runs, before anything was
+promoted for it: a round begun on a rise, or on a fall, whose evaluation scores the pool on samples the
+traffic has left since (a whole-loop CI run: the round began on prose, code came back during its
+evaluation, the pool lost on prose and the next round trained on both, so the home draft was never
+recalled). Acceptance may not move at all there. So a round that holds two windows of captures compares
+its newest window with its oldest too: nearer a pooled draft's traffic than the round's own start, the
+round's samples are stale and the traffic returned.
 """
 
 from __future__ import annotations
@@ -44,16 +52,47 @@ class TrafficSignatures:
     window: DomainSignature
     served: DomainSignature | None  # the served draft's (None: the launch draft, or a manifest without one)
     pooled: tuple[tuple[str, DomainSignature], ...]  # the pool's other drafts that have one
+    round_start: DomainSignature | None = None  # the round's oldest captures (ReturnWindows.round_start)
+
+
+@dataclass(frozen=True)
+class ReturnWindows:
+    """The newest captures of a round, and what they are compared with besides the pooled drafts'."""
+
+    newest: DomainSignature
+    # A next round after a promotion since the last shift: the served draft's traffic is the reference
+    # (before the promotion, the pool was scored on this shift's traffic already, or is about to be).
+    against_served: bool
+    # The round's oldest captures, once it holds two windows: what its samples were when it began.
+    round_start: DomainSignature | None
+
+
+def return_windows(lifecycle: LifecycleState, captures: Sequence[CaptureObject],
+                   sample_threshold: int) -> ReturnWindows | None:
+    """A round that captures (Collecting, Recalling): the newest ``sample_threshold`` requests captured in it,
+    with the round's first ones when it holds twice that. None in any other phase, or before there is
+    anything to compare (a round before a promotion needs two windows of its own)."""
+    if lifecycle.phase not in (Phase.COLLECTING, Phase.RECALLING):
+        return None
+    after_promotion = (lifecycle.phase is Phase.COLLECTING and not lifecycle.recall_only
+                       and promoted_since_shift(lifecycle))
+    since = (lifecycle.phase_since or lifecycle.last_promotion_at or 0.0) if after_promotion else lifecycle.shift_at
+    if since is None:
+        return None
+    newest = window_signature(captures, since, sample_threshold)
+    if newest is None:
+        return None
+    start = window_signature(captures, since, sample_threshold, oldest=True, disjoint_from=sample_threshold)
+    if not after_promotion and start is None:
+        return None
+    return ReturnWindows(newest, after_promotion, start)
 
 
 def return_window(lifecycle: LifecycleState, captures: Sequence[CaptureObject],
                   sample_threshold: int) -> DomainSignature | None:
-    """Collecting after a promotion since the last shift (lifecycle._returned: before it, the pool was scored
-    on this shift's traffic already, or is about to be): the newest ``sample_threshold`` requests captured in
-    this phase. None in any other phase, or before enough were captured."""
-    if lifecycle.phase is not Phase.COLLECTING or lifecycle.recall_only or not promoted_since_shift(lifecycle):
-        return None
-    return window_signature(captures, lifecycle.phase_since or lifecycle.last_promotion_at or 0.0, sample_threshold)
+    """The newest window of a next round after a promotion (return_windows' served-draft case), else None."""
+    windows = return_windows(lifecycle, captures, sample_threshold)
+    return windows.newest if windows is not None and windows.against_served else None
 
 
 def promoted_since_shift(lifecycle: LifecycleState) -> bool:
@@ -64,26 +103,35 @@ def promoted_since_shift(lifecycle: LifecycleState) -> bool:
     return promoted is not None and (lifecycle.shift_at is None or promoted >= lifecycle.shift_at)
 
 
-def against_pool(window: DomainSignature, pool: DraftPool, served: str | None,
+def against_pool(windows: ReturnWindows | DomainSignature, pool: DraftPool, served: str | None,
                  offered: Sequence[str]) -> TrafficSignatures:
-    """The window against the served draft's entry and the ``offered`` pooled drafts' that carry a signature."""
+    """The window against the served draft's entry (a next round after a promotion), the round's start, and
+    the ``offered`` pooled drafts' that carry a signature. A bare signature is a next round's window."""
+    if not isinstance(windows, ReturnWindows):
+        windows = ReturnWindows(windows, against_served=True, round_start=None)
     signatures = {e.version: e.signature for e in pool.entries}
     pooled = tuple((v, sig) for v in offered if (sig := signatures.get(v)) is not None)
-    return TrafficSignatures(window, signatures.get(served) if served else None, pooled)
+    reference = signatures.get(served) if served and windows.against_served else None
+    return TrafficSignatures(windows.newest, reference, pooled, windows.round_start)
 
 
-def window_signature(captures: Sequence[CaptureObject], since: float, min_samples: int) -> DomainSignature | None:
-    """The newest captures written after ``since``, newest first until they hold ``min_samples`` requests.
+def window_signature(captures: Sequence[CaptureObject], since: float, min_samples: int, *, oldest: bool = False,
+                     disjoint_from: int = 0) -> DomainSignature | None:
+    """The newest captures written after ``since``, newest first until they hold ``min_samples`` requests
+    (``oldest``: the first ones, oldest first, and only when at least ``disjoint_from`` more requests came
+    after them, so that they share no capture with the newest window).
 
     None when fewer were captured since, or too many of them carry no signature to say what they are.
     """
-    recent = sorted((c for c in captures if c.last_modified > since), key=lambda c: (c.last_modified, c.key),
-                    reverse=True)
+    ordered = sorted((c for c in captures if c.last_modified > since), key=lambda c: (c.last_modified, c.key),
+                     reverse=not oldest)
     window: list[CaptureObject] = []
-    for capture in recent:
+    for capture in ordered:
         window.append(capture)
         if sum(c.samples for c in window) >= min_samples:
             break
+    if oldest and sum(c.samples for c in ordered[len(window):]) < disjoint_from:
+        return None
     total = sum(c.samples for c in window)
     unsigned = sum(c.samples for c in window if c.signature is None)
     if total < min_samples or unsigned > MAX_UNSIGNED_SHARE * total:
@@ -96,16 +144,26 @@ def window_signature(captures: Sequence[CaptureObject], since: float, min_sample
 
 def returned_to(traffic: TrafficSignatures, ratio: float = RETURN_RATIO,
                 min_distance: float = MIN_RETURN_DISTANCE) -> str | None:
-    """The pooled draft whose training traffic the window is clearly nearest, if the served draft's is not."""
-    if traffic.served is None or not traffic.pooled:
+    """The pooled draft whose training traffic the window is clearly nearest, if the served draft's is not
+    (or, within a round, the traffic the round began on)."""
+    for reference in (traffic.served, traffic.round_start):
+        version = _clearly_nearer(traffic, reference, ratio, min_distance) if reference is not None else None
+        if version is not None:
+            return version
+    return None
+
+
+def _clearly_nearer(traffic: TrafficSignatures, reference: DomainSignature, ratio: float,
+                    min_distance: float) -> str | None:
+    if not traffic.pooled:
         return None
     try:
-        from_served = signature_distance(traffic.window, traffic.served)
+        from_reference = signature_distance(traffic.window, reference)
         ranked = sorted((signature_distance(traffic.window, sig), version) for version, sig in traffic.pooled
                         if sig.projection == traffic.window.projection and len(sig.mean) == len(traffic.window.mean))
-    except ValueError:  # the served draft's signature is of another projection: nothing to compare with
+    except ValueError:  # the reference is of another projection: nothing to compare with
         return None
-    if not ranked or from_served < min_distance:
+    if not ranked or from_reference < min_distance:
         return None
     nearest, version = ranked[0]
-    return version if from_served >= ratio * nearest else None
+    return version if from_reference >= ratio * nearest else None

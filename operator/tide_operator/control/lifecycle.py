@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tide_operator.control import actions as act
-from tide_operator.control.draft_return import promoted_since_shift
 from tide_operator.control.lifecycle_canary import (
     canary_phase,
     evaluating,
@@ -112,10 +111,11 @@ def _traffic_changed(state: LifecycleState, inputs: LifecycleInput, params: Life
 
 
 def _returned(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams) -> bool:
-    """Collecting after a promotion since the last shift (draft_return.promoted_since_shift), and the newest
-    captures back on a pooled draft's domain."""
-    return (inputs.returned_to is not None and state.phase is Phase.COLLECTING and not state.recall_only
-            and promoted_since_shift(state) and inputs.returned_to in inputs.pool and pool_to_try(inputs, params))
+    """A round that captures, whose newest captures are back on a pooled draft's domain: nearer its traffic
+    than the served draft's after a promotion, or than the round's own first captures (draft_return.py
+    chooses what each round's window is compared with)."""
+    return (inputs.returned_to is not None and state.phase in (Phase.COLLECTING, Phase.RECALLING)
+            and inputs.returned_to in inputs.pool and pool_to_try(inputs, params))
 
 
 # Work in these phases is built on samples from before a shift: start over on fresh ones.

@@ -23,7 +23,7 @@ from tide_operator.adapters.prometheus_adapter_metrics import observation
 from tide_operator.adapters.prometheus_adapter_queries import DeploymentKey
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.conditions import Reason
-from tide_operator.control.draft_return import TrafficSignatures, against_pool, return_window
+from tide_operator.control.draft_return import TrafficSignatures, against_pool, return_windows
 from tide_operator.control.lifecycle import (
     LifecycleState,
     RecallObservation,
@@ -212,7 +212,7 @@ def pooled_drafts(registry: DraftRegistry, spec: TideDeploymentSpec, state: Poli
     """
     pool = spec.control.draft_pool
     offered = pool.recall and spec.control.draft_pin is None
-    window = return_window(state.lifecycle, captures, pool.recall_sample_threshold) if offered else None
+    window = return_windows(state.lifecycle, captures, pool.recall_sample_threshold) if offered else None
     if window is None and not _recall_may_be_due(spec, state.lifecycle, buffer_samples):
         return (), None
     current, _ = registry.pool()

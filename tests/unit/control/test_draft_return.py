@@ -14,7 +14,7 @@ from tide_contracts.draft_pool import DomainSignature
 from tide_contracts.registry import CaptureObject
 from tide_contracts.signature import PROJECTION, domain_signature
 from tide_operator.control import actions as act
-from tide_operator.control.draft_return import TrafficSignatures, returned_to, window_signature
+from tide_operator.control.draft_return import TrafficSignatures, return_windows, returned_to, window_signature
 from tide_operator.control.lifecycle import Phase, RecallParams, step_lifecycle
 
 RECALL = replace(PARAMS, recall=RecallParams(sample_threshold=20))
@@ -134,10 +134,58 @@ def test_only_collecting_sees_a_return() -> None:
     collecting_after_promotion(last_promotion_at=900.0),  # promoted before the shift: its recall is pending
     collecting_after_promotion(shift_at=2600.0),  # a return was already tried since the promotion
     collecting_after_promotion(recall_only=True),  # a rise is being scored already
+    collecting_after_promotion(phase=Phase.RECALLING, recall_run="r5"),
 ])
-def test_a_return_is_tried_once_per_promotion(lifecycle) -> None:
-    step = step_lifecycle(lifecycle, inputs(buffer_samples=60, pool=("v1",), returned_to="v1"), RECALL, 2700.0)
-    assert step.reason != "TrafficReturned"
+def test_the_served_draft_is_the_reference_once_per_promotion(lifecycle) -> None:
+    """Only a next round after a promotion since the last shift compares with the served draft's traffic;
+    any other round needs two windows of its own, and compares its newest with its first."""
+    one_window = [capture(2650.0 + i, 10, CODE) for i in range(2)]
+    assert return_windows(lifecycle, one_window, 20) is None
+    two_windows = [capture(2640.0 + i, 10, PROSE) for i in range(2)] + one_window
+    windows = return_windows(lifecycle, [*two_windows, capture(2660.0, 10, CODE)], 20)
+    assert windows is not None
+    assert not windows.against_served
+    assert windows.round_start is not None
+    assert windows.round_start.mean == pytest.approx(PROSE.mean)
+    assert windows.newest.mean == pytest.approx(CODE.mean)
+
+
+def test_a_next_round_compares_with_the_served_draft_at_once() -> None:
+    windows = return_windows(collecting_after_promotion(), [capture(2100.0 + i, 10, CODE) for i in range(2)], 20)
+    assert windows is not None
+    assert (windows.against_served, windows.round_start) == (True, None)
+
+
+def test_no_window_where_nothing_is_captured() -> None:
+    captures = [capture(2100.0 + i, 10, CODE) for i in range(8)]
+    for phase in (Phase.SERVING, Phase.TRAINING, Phase.EVALUATING, Phase.CANARY):
+        assert return_windows(collecting_after_promotion(phase=phase), captures, 20) is None
+    assert return_windows(state(Phase.COLLECTING), captures, 20) is None  # no shift yet: the first round
+
+
+def test_within_a_round_the_window_is_judged_against_its_start() -> None:
+    """The round began on prose (the served draft, adapted to it or not, has no say): code came back."""
+    assert returned_to(TrafficSignatures(CODE_WINDOW, served=None, pooled=(("v1", CODE),),
+                                         round_start=PROSE)) == "v1"
+    assert returned_to(TrafficSignatures(PROSE_WINDOW, served=None, pooled=(("v1", CODE),),
+                                         round_start=PROSE)) is None
+    assert returned_to(TrafficSignatures(CODE_WINDOW, served=None, pooled=(("v1", CODE),),
+                                         round_start=domain(1.0, 13))) is None  # the round began on code
+
+
+def test_a_return_during_the_pools_evaluation_cancels_it_and_scores_the_new_traffic() -> None:
+    """A whole-loop CI run: the evaluation scored the pool on prose while code came back; the pool lost,
+    and the next round trained on both. The evaluation is stale: it is cancelled and the pool tried again."""
+    recalling = state(Phase.RECALLING, shift_at=2600.0, recalled_for_shift=2600.0, recall_run="r5",
+                      run_counter=5, buffer_baseline=0)
+    step = step_lifecycle(recalling, inputs(buffer_samples=140, pool=("v1", "initial"), returned_to="v1"),
+                          RECALL, 2700.0)
+    assert (step.state.phase, step.reason, step.state.shift_at) == (Phase.COLLECTING, "TrafficReturned", 2700.0)
+    assert [a.run_id for a in step.actions if isinstance(a, act.CancelTraining)] == ["r5"]
+    assert (step.state.recall_run, step.state.buffer_baseline) == (None, 140)
+    again = step_lifecycle(step.state, inputs(buffer_samples=160, pool=("v1", "initial")), RECALL, 2710.0)
+    (launch,) = [a for a in again.actions if isinstance(a, act.LaunchRecall)]
+    assert launch.captured_since == 2700.0
 
 
 @pytest.mark.parametrize(("pool", "params"), [
