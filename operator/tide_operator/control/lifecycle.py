@@ -77,6 +77,7 @@ def _step(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams
         state = replace(state, target_revision=inputs.target_revision, phase_since=now)
     elif state.target_revision != inputs.target_revision:
         return _target_changed(state, inputs, params, now)
+    state = _same_count(state, inputs)
     if inputs.shift_started:  # runs from now on claim only what is captured from here on
         state = replace(state, shift_at=now)
     if inputs.draft_pin is not None:
@@ -88,6 +89,21 @@ def _step(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams
         return changed
     handler = _HANDLERS[state.phase]
     return handler(state, inputs, params, now)
+
+
+def _same_count(state: LifecycleState, inputs: LifecycleInput) -> LifecycleState:
+    """The baseline counted from where this pass's buffer counts. The buffer counts from the latest training
+    Job's launch; a cancelled Job is gone by a later pass and the count starts over from an older one (or
+    from the first capture), so a baseline taken before would call every older sample new: a whole-loop run
+    launched the pool's evaluation on "693 samples since the shift" a pass after the shift cancelled a run.
+    Where the count's start moved, the baseline is taken again (this pass's samples count from here)."""
+    if inputs.buffer_since is None or inputs.buffer_since == state.buffer_since:
+        return state
+    if state.buffer_since is None:  # the first pass that knows it (or state from before it was kept)
+        return replace(state, buffer_since=inputs.buffer_since)
+    moved_back = inputs.buffer_since < state.buffer_since
+    baseline = inputs.buffer_samples if moved_back else state.buffer_baseline
+    return replace(state, buffer_since=inputs.buffer_since, buffer_baseline=baseline)
 
 
 def _traffic_changed(state: LifecycleState, inputs: LifecycleInput, params: LifecycleParams,

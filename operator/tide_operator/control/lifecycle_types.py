@@ -135,6 +135,7 @@ class LifecycleInput:
     # The fleet's verdict that a training run would not pay now (control/fleet.training_pays; None: it
     # would, or no GPUs are lent): the run waits, with this message. The pool's evaluation never waits.
     training_deferred: str | None = None
+    buffer_since: float | None = None  # when that count starts (None: not known, as in the policy bench)
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ class LifecycleState:
     candidate: str | None = None
     candidate_acceptance_length: float | None = None
     buffer_baseline: int = 0  # buffer_samples when collection (re)started: older samples are stale
+    buffer_since: float | None = None  # the count buffer_baseline was taken from (LifecycleInput.buffer_since)
     rollbacks: int = 0  # consecutive canary rollbacks
     training_failures: int = 0
     last_failure_at: float | None = None

@@ -232,6 +232,7 @@ def _lifecycle_input(
         shift_started=shift_started,
         rise_started=rise_started,
         buffer_samples=observation.buffer_samples,
+        buffer_since=observation.buffer_since,
         served_acceptance_length=served_length,
         target_revision=params.target_revision,
         training=observation.training,

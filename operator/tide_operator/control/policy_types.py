@@ -42,6 +42,7 @@ class Observation:
     acceptance_samples: int = 0  # drafted tokens behind the acceptance numbers (0 = no data)
     by_version: Mapping[str, PodGroupMetrics] = field(default_factory=dict)
     buffer_samples: int = 0  # captured since the last training launch
+    buffer_since: float | None = None  # that launch (epoch s; 0: none left, every sample counts)
     promoted_version: str | None = None  # the S3 pointer, None if none for this target revision
     training: TrainingObservation | None = None
     canary: PodGroupMetrics | None = None

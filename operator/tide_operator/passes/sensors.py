@@ -66,7 +66,8 @@ def read_sensors(name: str, namespace: str, spec: TideDeploymentSpec, state: Pol
     lifecycle = state.lifecycle
     candidate = lifecycle.candidate if lifecycle.phase is LifecyclePhase.CANARY else None
     seen = observation(metrics, served_version=served, candidate_version=candidate)
-    return SensorReading(replace(seen, promoted_version=served, buffer_samples=buffer_samples, training=training,
+    return SensorReading(replace(seen, promoted_version=served, buffer_samples=buffer_samples,
+                                 buffer_since=launched_at, training=training,
                                  pool=pool, recall=recall, traffic=traffic), captures=captures)
 
 

@@ -287,3 +287,35 @@ def test_a_rise_while_training_with_no_pooled_draft_to_try_lets_the_run_finish()
     assert step.state.phase is Phase.TRAINING
     assert step.state.shift_at == SHIFT_AT
     assert not any(isinstance(a, act.CancelTraining) for a in step.actions)
+
+
+# ---- the buffer's count after a cancelled Job ------------------------------------------------------------------
+def test_a_cancelled_runs_samples_are_not_counted_as_the_shifts() -> None:
+    """The buffer counts from the latest training Job's launch; once a shift cancelled that Job, the count
+    starts from an older launch and holds every sample since. The baseline is taken again there: a whole-loop
+    run scored the pool on "693 samples since the shift" one pass after the shift cancelled a run."""
+    recall = replace(PARAMS, recall=RecallParams(sample_threshold=64))
+    training = state(Phase.TRAINING, active_run="r2", run_counter=2, last_run="r2", buffer_since=1500.0)
+    shifted = step_lifecycle(training, inputs(shift=True, shift_started=True, buffer_samples=10, buffer_since=1500.0,
+                                              pool=("initial",)), recall, 2000.0)
+    assert (shifted.state.phase, shifted.state.buffer_baseline) == (Phase.COLLECTING, 10)
+    # r2's Job is gone: the count starts at r1's launch and holds the 693 samples since.
+    later = step_lifecycle(shifted.state, inputs(shift=True, buffer_samples=693, buffer_since=1000.0,
+                                                 pool=("initial",)), recall, 2005.0)
+    assert not any(isinstance(a, act.LaunchRecall) for a in later.actions)
+    assert (later.state.buffer_baseline, later.state.buffer_since) == (693, 1000.0)
+    scored = step_lifecycle(later.state, inputs(shift=True, buffer_samples=693 + 64, buffer_since=1000.0,
+                                                pool=("initial",)), recall, 2020.0)
+    (launch,) = [a for a in scored.actions if isinstance(a, act.LaunchRecall)]
+    assert "64 samples since the shift" in launch.message
+
+
+def test_a_new_launch_keeps_its_own_baseline() -> None:
+    """A launch counts from its own Job (the baseline is 0 then): the count's start moving forward is no reason
+    to take it again."""
+    collecting = state(Phase.COLLECTING, buffer_baseline=0, buffer_since=3000.0, shift_at=2900.0)
+    step = step_lifecycle(collecting, inputs(buffer_samples=5, buffer_since=3000.0), PARAMS, 3010.0)
+    assert step.state.buffer_baseline == 0
+    moved = step_lifecycle(replace(collecting, buffer_since=2000.0), inputs(buffer_samples=5, buffer_since=3000.0),
+                           PARAMS, 3010.0)
+    assert (moved.state.buffer_baseline, moved.state.buffer_since) == (0, 3000.0)
