@@ -319,3 +319,35 @@ def test_a_new_launch_keeps_its_own_baseline() -> None:
     moved = step_lifecycle(replace(collecting, buffer_since=2000.0), inputs(buffer_samples=5, buffer_since=3000.0),
                            PARAMS, 3010.0)
     assert (moved.state.buffer_baseline, moved.state.buffer_since) == (0, 3000.0)
+
+
+# ---- a recalled draft's inconclusive canary ------------------------------------------------------------------
+def _recalled_canary_ended(gains: tuple[float, ...], recalled: bool = True):
+    """Five measurements taken (the default window's), none successful or failed, the last one just now."""
+    analysis = CanaryAnalysis(started_at=0.0, inconclusive=5, measured_at=299.0, length_gains=gains,
+                              canary_length_sum=5 * 3.6, with_length=5)
+    return state(Phase.CANARY, candidate="v1", candidate_acceptance_length=3.635, candidate_recalled=recalled,
+                 candidate_baseline=3.428 if recalled else None, canary=analysis, canary_pods=("p0",),
+                 capture_enabled=False, last_promotion_at=None)
+
+
+def test_an_inconclusive_canary_promotes_a_recalled_draft_whose_live_gain_is_positive() -> None:
+    """The pool's evaluation compared v1 and v2 on the same requests (3.635 vs 3.428); the canary compares two
+    pods on different ones, and on two CPU pods its noise hid that gain. It saw no loss: v1 is promoted and
+    watched against its evaluation."""
+    step = step_lifecycle(_recalled_canary_ended((0.04, -0.01, 0.05, 0.02, 0.03)), inputs(), RECALL, 300.0)
+    (promote,) = [a for a in step.actions if isinstance(a, act.Promote)]
+    assert (promote.candidate, promote.recalled) == ("v1", True)
+    assert (step.state.phase, step.reason) == (Phase.PROMOTED, "CanarySuccessful")
+    assert "live mean gain was +2.6%" in step.message
+    assert step.state.recalled_expected == 3.635
+
+
+@pytest.mark.parametrize(("gains", "recalled"), [
+    ((0.01, -0.03, -0.02, 0.01, -0.01), True),  # a recalled draft that did worse live, on the mean
+    ((), True),  # no live measurement had data
+    ((0.04, -0.01, 0.05, 0.02, 0.03), False),  # a trained candidate: the canary must show its gain
+])
+def test_an_inconclusive_canary_rolls_back_otherwise(gains: tuple[float, ...], recalled: bool) -> None:
+    step = step_lifecycle(_recalled_canary_ended(gains, recalled), inputs(), RECALL, 300.0)
+    assert (step.state.phase, step.reason) == (Phase.ROLLED_BACK, "CanaryInconclusive")
