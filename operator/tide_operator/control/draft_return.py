@@ -88,13 +88,6 @@ def return_windows(lifecycle: LifecycleState, captures: Sequence[CaptureObject],
     return ReturnWindows(newest, after_promotion, start)
 
 
-def return_window(lifecycle: LifecycleState, captures: Sequence[CaptureObject],
-                  sample_threshold: int) -> DomainSignature | None:
-    """The newest window of a next round after a promotion (return_windows' served-draft case), else None."""
-    windows = return_windows(lifecycle, captures, sample_threshold)
-    return windows.newest if windows is not None and windows.against_served else None
-
-
 def promoted_since_shift(lifecycle: LifecycleState) -> bool:
     """A draft was promoted after the last shift: the pool was scored on that shift's traffic already (or
     the shift was trained for), so only traffic that changed since is news; a return tried once is a shift
@@ -103,12 +96,10 @@ def promoted_since_shift(lifecycle: LifecycleState) -> bool:
     return promoted is not None and (lifecycle.shift_at is None or promoted >= lifecycle.shift_at)
 
 
-def against_pool(windows: ReturnWindows | DomainSignature, pool: DraftPool, served: str | None,
+def against_pool(windows: ReturnWindows, pool: DraftPool, served: str | None,
                  offered: Sequence[str]) -> TrafficSignatures:
     """The window against the served draft's entry (a next round after a promotion), the round's start, and
-    the ``offered`` pooled drafts' that carry a signature. A bare signature is a next round's window."""
-    if not isinstance(windows, ReturnWindows):
-        windows = ReturnWindows(windows, against_served=True, round_start=None)
+    the ``offered`` pooled drafts' that carry a signature."""
     signatures = {e.version: e.signature for e in pool.entries}
     pooled = tuple((v, sig) for v in offered if (sig := signatures.get(v)) is not None)
     reference = signatures.get(served) if served and windows.against_served else None
