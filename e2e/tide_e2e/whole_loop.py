@@ -365,12 +365,15 @@ class WholeLoop:
         if self.report is not None:
             self.report.write_text(story + "\n")
 
-    def story(self) -> str:
-        """A few lines that say where the loop got to: phases as the watcher saw them, pods and trainer Jobs."""
+    def story(self, every_transition: bool = False) -> str:
+        """A few lines that say where the loop got to: phases as the watcher saw them (the last ten, or all of
+        them for a run that completed but told the wrong story), pods and trainer Jobs."""
         r = self.result
         lines = [f"acceptance {json.dumps({k: round(v, 3) for k, v in r.acceptance.items()})}; "
-                 f"shift at {r.shift_at or 0:.0f}s, detected at {[round(t) for t in r.shift_detected_at]}"]
-        lines += [f"  {t.at_s:6.0f}s {t.phase:10s} {t.reason}: {t.message[:110]}" for t in r.transitions[-10:]]
+                 f"shift at {r.shift_at or 0:.0f}s, detected at {[round(t) for t in r.shift_detected_at]}, "
+                 f"returned at {r.return_at or 0:.0f}s"]
+        shown = r.transitions if every_transition else r.transitions[-10:]
+        lines += [f"  {t.at_s:6.0f}s {t.phase:10s} {t.reason}: {t.message[:110]}" for t in shown]
         try:
             lines += [f"  pod {pod_line(p)}" for p in self.core.list_namespaced_pod(self.s.namespace).items]
             for job in self.batch.list_namespaced_job(self.s.namespace).items:

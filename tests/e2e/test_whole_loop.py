@@ -20,8 +20,12 @@ import os
 import re
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tide_e2e.whole_loop import LoopResult
 
 pytestmark = [
     pytest.mark.vllm,
@@ -36,16 +40,26 @@ pytestmark = [
 
 def test_shift_is_detected_trained_canaried_and_promoted_with_real_vllm(plane, kube, s3_endpoint, s3, tmp_path):
     from tide_e2e.demo import write_plot
-    from tide_e2e.whole_loop import LoopSettings, WholeLoop, shift_run, summary_table
+    from tide_e2e.whole_loop import LoopSettings, WholeLoop, summary_table
 
     settings = LoopSettings(namespace=f"loop-{uuid.uuid4().hex[:6]}", bucket=f"loop-{uuid.uuid4().hex[:6]}",
                             return_home=True)
     report = Path(os.environ["TIDE_E2E_REPORT"]) if os.environ.get("TIDE_E2E_REPORT") else None
-    result = WholeLoop(kube, plane, s3_endpoint, settings, say=lambda line: print(line, flush=True),
-                       report=report).run()
+    loop = WholeLoop(kube, plane, s3_endpoint, settings, say=lambda line: print(line, flush=True), report=report)
+    result = loop.run()
     print(summary_table(result))
     write_plot(plane, settings.namespace, settings.name, tmp_path / "loop.png")  # `tide plot` on what happened
     assert (tmp_path / "loop.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    try:
+        check_loop(result, settings.name)
+    except AssertionError:  # a run that completed but told the wrong story: its whole story, for the CI log
+        if report is not None:
+            report.write_text(loop.story(every_transition=True) + "\n")
+        raise
+
+
+def check_loop(result: LoopResult, name: str) -> None:
+    from tide_e2e.whole_loop import shift_run
 
     a = result.acceptance
     # The home round: trained on the live code traffic, v1 beats the launch draft there.
@@ -70,14 +84,20 @@ def test_shift_is_detected_trained_canaried_and_promoted_with_real_vllm(plane, k
     assert result.pointer is not None
     assert result.pointer.version == result.away_version == "v2"
     prefix = result.pointer.run_id.rsplit("-", 1)[0]  # <hash of the TideDeployment's UID>-r<n>
-    assert re.fullmatch(r"[0-9a-f]{8}-r[2-9]", result.pointer.run_id), result.pointer.run_id
+    assert re.fullmatch(r"[0-9a-f]{8}-r[0-9]+", result.pointer.run_id), result.pointer.run_id
     assert result.manifest is not None
     assert result.manifest.kind == "draft"
     assert {"config.json", "model.safetensors"} <= set(result.manifest.files)
     assert [(h.action, h.version) for h in result.history if h.action == "promote"][:2] == [
         ("promote", "v1"), ("promote", "v2")]
     assert set(result.pod_drafts.values()) == {"v2"}
-    assert f"{settings.name}-train-{prefix}-r1" in result.trainer_jobs  # the home round
+    # The home round's Job is kept: it is the run v1 came from (a run cancelled before it, say by a drop the
+    # launch draft showed on code, moves its number on).
+    home_run = next(h.run_id for h in result.history if h.action == "promote" and h.version == "v1")
+    assert home_run is not None, result.history
+    assert home_run.startswith(f"{prefix}-r"), result.history
+    assert f"{name}-train-{home_run}" in result.trainer_jobs, (home_run, result.trainer_jobs)
+    assert _run_number(result.pointer.run_id) > _run_number(home_run), result.history
 
     # The return to code: v1 recalled from the draft pool (an evaluation Job, no training run since), and
     # acceptance on code back to at least 95% of what v1 served there the first time.
@@ -109,3 +129,7 @@ def test_shift_is_detected_trained_canaried_and_promoted_with_real_vllm(plane, k
     # Two hot swaps (canary, promotion) under live traffic, and not one request failed.
     assert result.requests_failed == []
     assert result.requests_ok > 0
+
+
+def _run_number(run_id: str) -> int:
+    return int(run_id.rsplit("-r", 1)[1])
