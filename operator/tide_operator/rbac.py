@@ -47,6 +47,9 @@ NAMESPACED = (
           "none, created if absent, its drift patched; garbage collection deletes it"),
     Grant("", ("services", "configmaps"), ("get", "create", "patch"),
           "the vLLM Service and ConfigMap, like the Deployment"),
+    Grant("", ("services",), ("delete",),
+          "inference.gateway: a GPU class's Service once the class leaves the HTTPRoute or the gateway leaves the "
+          "spec (read first: only one with the TideDeployment's UID)"),
     Grant("", ("secrets",), ("get", "create", "patch"),
           "the control-token Secret: created, rotated on tide.dev/rotate-token; reading the S3 credentials "
           "Secret a spec names"),
@@ -56,8 +59,9 @@ NAMESPACED = (
     Grant("batch", ("jobs",), ("get", "list", "watch", "create", "delete"),
           "trainer Jobs: read before create or delete (owner UID); watched for the training sensor's cache"),
     Grant("", ("events",), ("create",), "Kopf posts core/v1 Events, one per decision"),
-    Grant("gateway.networking.k8s.io", ("httproutes",), ("get", "create", "patch"),
-          "inference.gateway: the HTTPRoute that weights each GPU class's Service by capacity, like the Deployment"),
+    Grant("gateway.networking.k8s.io", ("httproutes",), ("get", "create", "patch", "delete"),
+          "inference.gateway: the HTTPRoute that weights each GPU class's Service by capacity, like the Deployment; "
+          "deleted once the gateway leaves the spec"),
     Grant("", ("pods/status",), ("patch",),
           "training.lendWhenIdle: the lent vLLM pods' readiness gate (tide.dev/serving), set True once a pod is "
           "ready and False before it is drained; no other field of a pod's status is written"),
@@ -103,6 +107,9 @@ UNSEEN_IN_A_SERVING_RUN: dict[Permission, str] = {
                                                          "Gateway API's CRDs routes by capacity (test_lending)",
     ("gateway.networking.k8s.io", "httproutes", "create"): "as get (test_lending)",
     ("gateway.networking.k8s.io", "httproutes", "patch"): "as get: the weights change with the pods in service",
+    ("gateway.networking.k8s.io", "httproutes", "delete"): "only removing inference.gateway deletes the route "
+                                                            "(test_lending)",
+    ("", "services", "delete"): "as the HTTPRoute's delete (test_lending; unit: test_routing_pass)",
     ("", "pods/status", "patch"): "only lent replicas (training.lendWhenIdle) get their readiness gate set "
                                   "(unit: test_lending_pass)",
 }

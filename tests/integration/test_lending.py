@@ -326,3 +326,17 @@ def test_mi250_training_gpus_serve_beside_h100_behind_weighted_routing(kube, nam
     assert services.spec.selector["tide.dev/gpu-class"] == "MI250"
     lending = status(kube, namespace)["lending"]
     assert (lending["gpuClass"], lending["reason"]) == ("MI250", "Lent")
+
+    routing = status(kube, namespace)["routing"]
+    assert [(b["gpuClass"], b["service"]) for b in routing["backends"]] == [
+        ("H100", "chat-vllm-h100"), ("MI250", "chat-vllm-mi250")]
+
+    # The gateway leaves the spec: the route goes first, then each class Service; the plain Service stays.
+    patch_spec(kube, namespace, {"inference": {"gateway": None}})
+    wait_for(lambda: "routing" not in status(kube, namespace), "status.routing cleared", timeout_s=60)
+    assert route_weights(client.CustomObjectsApi(kube), namespace) == {}
+    services = {s.metadata.name for s in client.CoreV1Api(kube).list_namespaced_service(namespace).items}
+    assert "chat-vllm" in services
+    assert services.isdisjoint({"chat-vllm-h100", "chat-vllm-mi250"}), services
+    assert events_where(kube, namespace, lambda es: any(e.reason == "RoutingRemoved" for e in es),
+                        "the RoutingRemoved Event")

@@ -168,15 +168,19 @@ class Cluster:
             raise
 
     def delete_owned(self, kind: str, namespace: str, name: str, owner_uid: str) -> bool:
-        """Delete child ``name`` (a PodDisruptionBudget) if it exists and is ours; True when it was."""
+        """Delete child ``name`` (a PodDisruptionBudget, a class Service, the HTTPRoute) if it exists and is
+        ours; True when it was."""
         live = self._read(kind, namespace, name)
         if live is None:
             return False
         found = conflict(owner_uid, kind, live)
         if found is not None:
             raise ChildConflict([found])
+        deleter = {"Service": self.core.delete_namespaced_service,
+                   HTTP_ROUTE: lambda n, ns: self._routes().delete_namespaced_custom_object(*self._route_path(ns), n),
+                   DISRUPTION_BUDGET: lambda n, ns: self._policy_call("DELETE", self._budgets(ns, n))}[kind]
         try:
-            self._policy_call("DELETE", self._budgets(namespace, name))
+            deleter(name, namespace)
         except ApiException as e:
             if e.status != 404:
                 raise

@@ -109,6 +109,30 @@ class LendingStatus(StatusModel):
     """When the drain began (RFC 3339); kept so a restarted operator keeps the drain's bound."""
 
 
+class RouteBackend(StatusModel):
+    """One GPU class's Service behind the HTTPRoute, at its capacity weight."""
+
+    gpu_class: GpuClassName
+    service: Annotated[str, StringConstraints(min_length=1, max_length=63)]
+    weight: int = Field(ge=0)
+    """Its pods in service x GPUs x catalog throughput x modelled speedup (0: none in service)."""
+
+
+class RoutingStatus(StatusModel):
+    """Capacity-weighted routing (inference.gateway): the HTTPRoute the operator applied and its backends.
+
+    Kept so that what it applied is removed once unwanted: the HTTPRoute and every class Service when the
+    gateway leaves the spec, a class's Service when the class leaves the route."""
+
+    route: Annotated[str, StringConstraints(min_length=1, max_length=253)]
+    """The HTTPRoute's name (<name>-vllm)."""
+    backends: tuple[RouteBackend, ...] = Field(
+        default=(),
+        max_length=32,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["gpuClass"]},
+    )
+
+
 class DraftStatus(StatusModel):
     """The draft versions in play for the current target revision."""
 
@@ -184,6 +208,8 @@ class TideDeploymentStatus(StatusModel):
     training_pool: TrainingPoolStatus | None = None
     lending: LendingStatus | None = None
     """Present once training.lendWhenIdle was set: what is lent to serving on the training class."""
+    routing: RoutingStatus | None = None
+    """Present while inference.gateway routes by capacity: the HTTPRoute and each class's weight."""
     draft: DraftStatus | None = None
     canary: CanaryStatus | None = None
     """Present only while a canary runs."""

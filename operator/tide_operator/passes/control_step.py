@@ -38,7 +38,7 @@ from tide_operator.passes.draft_pool_index import forget as forget_served
 from tide_operator.passes.draft_pool_index import note_served
 from tide_operator.passes.effects import ClusterEffects
 from tide_operator.passes.lending import Lending, lend
-from tide_operator.passes.routing import apply_routes, routing_of, serving_groups
+from tide_operator.passes.routing import route, routing_of
 from tide_operator.passes.sensors import read_sensors
 from tide_operator.passes.serving_status import StatusDraft
 
@@ -80,9 +80,7 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     routing, route_api = routing_of(spec, cluster)
     reading = lend(name, namespace, spec, placement, draft, state, params, reading,
                    Lending(cluster, config, adopt, routing=routing), now_s)
-    if route_api is not None:
-        apply_routes(name, namespace, spec, serving_groups(spec, placement, draft, config.catalog), cluster, adopt,
-                     route_api)
+    route(name, namespace, spec, placement, draft, cluster, config.catalog, adopt, route_api)
     if reading.observation is not None:  # what serves, as read before this pass changes it (a pin, a flip)
         draft.events.extend(note_served(registry, spec, (namespace, name), reading.observation.promoted_version,
                                         datetime.now(UTC)))
