@@ -69,6 +69,7 @@ class ServingPod:
     name: str
     ip: str
     ready: bool
+    lent: bool = False  # a lent replica on the training class (training.lendWhenIdle): drained before a Job
 
 
 class NoAnswer(OSError):

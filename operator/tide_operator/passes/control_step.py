@@ -88,11 +88,15 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
 
 
 def _with_fleet(reading: SensorReading, fleet: Fleet, state: PolicyState) -> tuple[SensorReading, int]:
-    """The ready pods that answer (a canary starts on some) and the smallest max_num_seqs they report."""
+    """The ready pods that answer and may carry a canary, and the smallest max_num_seqs they all report.
+
+    Lent pods never carry one: a Job coming due drains them, and a canary whose pods leave mid-analysis
+    measures nothing (they still serve the served draft, and its metrics count theirs)."""
     if reading.observation is None:  # the pass holds its decisions: no pod need be asked
         return reading, fleet_max_batch_size((), state.table)
     statuses = fleet.statuses(ready_only=True)
-    answering = tuple(sorted(pod for pod, status in statuses.items() if status is not None))
+    lent = {p.name for p in fleet.pods if p.lent}
+    answering = tuple(sorted(pod for pod, status in statuses.items() if status is not None and pod not in lent))
     cap = fleet_max_batch_size((s.max_num_seqs for s in statuses.values() if s is not None), state.table)
     return replace(reading, observation=replace(reading.observation, ready_pods=answering)), cap
 
@@ -132,11 +136,15 @@ def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: 
 def make_fleet(name: str, namespace: str, config: OperatorConfig, cluster: Cluster,
                tokens: tuple[str, ...]) -> Fleet:
     """The pods' control routes on their own port, with the current token (and the previous one, if kept)."""
-    pods = [ServingPod(p["metadata"]["name"], (p.get("status") or {}).get("podIP", ""), _ready(p))
+    pods = [ServingPod(p["metadata"]["name"], (p.get("status") or {}).get("podIP", ""), _ready(p), _lent(p))
             for p in cluster.pods(namespace, labels.serving_selector(name))
             if not p["metadata"].get("deletionTimestamp")]
     current, previous = (*tokens, "", "")[:2]
     return Fleet(pods, config.serving.control_port, current, previous, calls=config.pod_calls)
+
+
+def _lent(pod: dict[str, Any]) -> bool:
+    return (pod["metadata"].get("labels") or {}).get(labels.SERVING_GROUP_LABEL) == labels.SERVING_GROUP_LENT
 
 
 def _ready(pod: dict[str, Any]) -> bool:

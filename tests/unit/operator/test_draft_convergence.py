@@ -17,10 +17,12 @@ from tide_contracts.serving_control import (
 )
 from tide_operator.adapters.fleet import Fleet, ServingPod
 from tide_operator.api import parse_spec
+from tide_operator.config import OperatorConfig
 from tide_operator.control import actions as act
 from tide_operator.control.policy import Observation, PolicyState
+from tide_operator.manifests import labels
 from tide_operator.passes.control_loop import SensorReading
-from tide_operator.passes.control_step import _with_fleet
+from tide_operator.passes.control_step import _with_fleet, make_fleet
 from tide_operator.passes.effects import ClusterEffects
 from tide_operator.passes.pod_convergence import (
     CanaryPods,
@@ -111,10 +113,11 @@ def pointer(version: str = "v3", revision: str = "r1") -> PromotedPointer:
                            updated_at="2026-12-03T00:00:00Z", manifest_sha256=SHA)
 
 
-def effects(pods: dict[str, FakePod], registry: FakeRegistry, ready: set[str] | None = None) -> ClusterEffects:
+def effects(pods: dict[str, FakePod], registry: FakeRegistry, ready: set[str] | None = None,
+            lent: frozenset[str] = frozenset()) -> ClusterEffects:
     ips = {name: f"10.0.0.{i}" for i, name in enumerate(sorted(pods), 1)}
     clients = {f"http://{ips[n]}:8081": pod for n, pod in pods.items()}
-    fleet = Fleet([ServingPod(n, ips[n], ready is None or n in ready) for n in sorted(pods)], 8081, "t",
+    fleet = Fleet([ServingPod(n, ips[n], ready is None or n in ready, n in lent) for n in sorted(pods)], 8081, "t",
                   client_factory=lambda url, token, timeout_s: clients[url])
     spec = parse_spec({"target": {"model": "m", "revision": "r1"}, "draft": {"initial": LAUNCH_SOURCE},
                        "storage": {"s3": {"bucket": "tide"}}})
@@ -194,3 +197,25 @@ def test_one_pass_reads_the_pods_once_until_one_is_told_something() -> None:
     assert [p.asked for p in pods.values()] == [2, 2]
     held, cap = _with_fleet(SensorReading(None, "prometheus down"), fx.fleet, PolicyState(table=((1, 48, 2),)))
     assert (held.observation, cap) == (None, 48)
+
+
+def test_a_lent_pod_serves_and_converges_but_never_carries_a_canary() -> None:
+    pods = {"chat-a": CountingPod("v3", 64), "chat-lent-b": CountingPod("v2", 32)}
+    fx = effects(pods, FakeRegistry(pointer()), lent=frozenset({"chat-lent-b"}))  # type: ignore[arg-type]
+    reading, cap = _with_fleet(SensorReading(Observation()), fx.fleet, PolicyState())
+    assert reading.observation is not None
+    assert (reading.observation.ready_pods, cap) == (("chat-a",), 32)  # its batch cap still counts
+    assert fx.converge_drafts(None) == ["chat-lent-b: draft v2 -> v3"]
+
+
+def test_the_fleet_knows_lent_pods_by_their_serving_group_label() -> None:
+    def pod(name: str, **extra: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": {"app.kubernetes.io/name": "vllm", **extra}},
+                "status": {"podIP": "10.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]}}
+
+    class PodCluster:
+        def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+            return [pod("chat-vllm-a"), pod("chat-lent-b", **{labels.SERVING_GROUP_LABEL: labels.SERVING_GROUP_LENT})]
+
+    fleet = make_fleet("chat", "team", OperatorConfig(), PodCluster(), ("t",))  # type: ignore[arg-type]
+    assert [(p.name, p.lent) for p in fleet.pods] == [("chat-lent-b", True), ("chat-vllm-a", False)]
