@@ -46,7 +46,7 @@ from tide_contracts.registry_captures import (
     capture_metadata,
     captures_to_prune,
 )
-from tide_contracts.registry_pool import PoolConflict, PoolIndex
+from tide_contracts.registry_pool import PoolCache, PoolConflict, PoolIndex
 from tide_contracts.registry_store import PointerConflict, PruneIncomplete, RegistryError, _code
 
 CONTRACT_VERSION = 1
@@ -169,13 +169,14 @@ class DraftRegistry(PoolIndex, CaptureBuffer):
 
     def __init__(
         self, client: Any, bucket: str, prefix: str, *, sse: str | None = None, kms_key_id: str | None = None,
-        sample_cache: CaptureSampleCache | None = None,
+        sample_cache: CaptureSampleCache | None = None, pool_cache: PoolCache | None = None,
         multipart_copy_threshold: int = DEFAULT_MULTIPART_COPY_THRESHOLD,
     ) -> None:
         self.client, self.bucket, self.prefix = client, bucket, prefix.strip("/")
         self.multipart_copy_threshold = multipart_copy_threshold  # bytes; larger files copy in parts
-        # A caller that lists captures every pass keeps one cache across registries (and passes).
+        # A caller that lists captures (reads pool.json) every pass keeps one cache across registries and passes.
         self.sample_cache = sample_cache if sample_cache is not None else CaptureSampleCache()
+        self.pool_cache = pool_cache
         # Every write of this registry carries it (put, upload, copy): encryption.put_args().
         self.encryption = S3Encryption(sse, kms_key_id)
         self._sse: dict[str, str] = self.encryption.put_args()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime
 
 from botocore.exceptions import ClientError
@@ -31,8 +32,20 @@ class PoolConflict(RegistryError):
     """pool.json changed (or vanished) between our read and our write: read it again and retry."""
 
 
+@dataclass
+class PoolCache:
+    """The last pool.json read, with its bucket, key and ETag: the next read asks If-None-Match and parses
+    only an index that changed (the sensors read it every pass while a round may see a return)."""
+
+    source: tuple[str, str] | None = None  # (bucket, key) the ETag is of
+    etag: str | None = None
+    pool: DraftPool | None = None
+
+
 class PoolIndex(RegistryStore):
     """pool.json under the registry prefix: read, replace by compare-and-swap, record a served version."""
+
+    pool_cache: PoolCache | None = None  # set by DraftRegistry; None: every read is a whole GET
 
     def pool(self) -> tuple[DraftPool | None, str | None]:
         """pool.json and its ETag (None, None before the first write).
@@ -40,17 +53,25 @@ class PoolIndex(RegistryStore):
         An index this version cannot read is an error, never replaced: it may be a newer operator's.
         """
         key = self.key(POOL_FILE)
+        cache = self.pool_cache
+        condition = ({"IfNoneMatch": cache.etag} if cache is not None and cache.source == (self.bucket, key)
+                     and cache.etag else {})
         try:
-            obj = self.client.get_object(Bucket=self.bucket, Key=key)
+            obj = self.client.get_object(Bucket=self.bucket, Key=key, **condition)
         except ClientError as e:
+            if condition and cache is not None and _code(e) in ("304", "NotModified"):
+                return cache.pool, cache.etag  # unchanged since the last read: the same index
             if _code(e) in ("NoSuchKey", "404", "NotFound"):
                 return None, None
             raise RegistryError(f"reading {key}: {e}") from e
         try:
-            return DraftPool.model_validate_json(obj["Body"].read()), obj["ETag"]
+            pool = DraftPool.model_validate_json(obj["Body"].read())
         except ValidationError as e:
             raise RegistryError(f"{key} is not a draft pool index of pool_version {POOL_VERSION}; "
                                 f"left as it is: {e}") from e
+        if cache is not None:
+            cache.source, cache.etag, cache.pool = (self.bucket, key), obj["ETag"], pool
+        return pool, obj["ETag"]
 
     def replace_pool(self, pool: DraftPool, etag: str | None) -> None:
         """Compare-and-swap: If-Match the ETag read, or If-None-Match: * when there was none. A lost race

@@ -16,6 +16,7 @@ from typing import Any
 
 from tide_contracts.draft_copy import DEFAULT_MULTIPART_COPY_THRESHOLD
 from tide_contracts.registry import CaptureSampleCache, DraftRegistry
+from tide_contracts.registry_pool import PoolCache
 from tide_operator.adapters.cluster import Cluster
 from tide_operator.adapters.cost_profile_source import ProfilePoints
 from tide_operator.adapters.fleet import Fleet, ServingPod
@@ -46,6 +47,7 @@ _LAST_RUN: dict[tuple[str, str], float] = {}
 # Samples per capture object, per TideDeployment: each pass lists the buffer, and only objects
 # new since the last pass cost a HEAD (in memory: after a restart the first pass reads them all).
 _SAMPLE_CACHES: dict[tuple[str, str], CaptureSampleCache] = {}
+_POOL_CACHES: dict[tuple[str, str], PoolCache] = {}
 
 
 def due(namespace: str, name: str, spec: TideDeploymentSpec, now_s: float) -> bool:
@@ -118,6 +120,7 @@ def forget(namespace: str, name: str) -> None:
     """A deleted TideDeployment's in-memory pass state (a new one of the same name starts afresh)."""
     _LAST_RUN.pop((namespace, name), None)
     _SAMPLE_CACHES.pop((namespace, name), None)
+    _POOL_CACHES.pop((namespace, name), None)
     forget_served(namespace, name)
 
 
@@ -130,6 +133,7 @@ def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: 
     return DraftRegistry(client, s3.bucket, registry_prefix(name, namespace, s3),
                          sse=encryption.algorithm, kms_key_id=encryption.kms_key_id,
                          sample_cache=_SAMPLE_CACHES.setdefault((namespace, name), CaptureSampleCache()),
+                         pool_cache=_POOL_CACHES.setdefault((namespace, name), PoolCache()),
                          multipart_copy_threshold=multipart_copy_threshold)
 
 

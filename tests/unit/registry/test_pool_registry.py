@@ -15,6 +15,7 @@ from botocore.config import Config
 
 from tide_contracts.draft_pool import DomainSignature, DraftPool
 from tide_contracts.registry import DraftRegistry, PoolConflict, RegistryError
+from tide_contracts.registry_pool import PoolCache
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 CODE = DomainSignature(mean=(1.0, 0.0), std=(1.0, 0.5), tokens=400, projection="p1")
@@ -134,3 +135,54 @@ def test_an_index_this_version_cannot_read_is_reported_and_left_alone(registry: 
         record(registry, "v1", 0)
     body = registry.client.get_object(Bucket=registry.bucket, Key=key)["Body"].read()
     assert body == b'{"pool_version": 2, "shards": []}'
+
+
+class CountingClient:
+    """The boto3 client, counting GetObject calls and the ones a 304 answered."""
+
+    def __init__(self, client: Any) -> None:
+        self.client, self.gets, self.not_modified = client, 0, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def get_object(self, **kwargs: Any) -> Any:
+        self.gets += 1
+        try:
+            return self.client.get_object(**kwargs)
+        except self.client.exceptions.ClientError as e:
+            if e.response["ResponseMetadata"]["HTTPStatusCode"] == 304:
+                self.not_modified += 1
+            raise
+
+
+def test_a_cached_pool_is_read_again_only_when_it_changed(registry: DraftRegistry) -> None:
+    counting, cache = CountingClient(registry.client), PoolCache()
+    cached = DraftRegistry(counting, registry.bucket, "team/llama", sse="AES256", pool_cache=cache)
+    record(registry, "v1", 0, CODE)
+    first, etag = cached.pool()
+    assert first is not None
+    assert cached.pool() == (first, etag)
+    assert cached.pool() == (first, etag)
+    assert (counting.gets, counting.not_modified) == (3, 2)  # asked each time, sent whole once
+    record(registry, "v2", 1, PROSE)  # another writer (a replaced leader, the CLI): a new ETag
+    second, new_etag = cached.pool()
+    assert second is not None
+    assert new_etag != etag
+    assert [e.version for e in second.entries] == [e.version for e in registry.pool()[0].entries]  # type: ignore[union-attr]
+    assert counting.not_modified == 2
+    # Compare-and-swap through the cached registry still loses to a write it has not seen.
+    mine, seen = cached.pool()
+    record(registry, "v3", 2, CODE)
+    assert mine is not None
+    with pytest.raises(PoolConflict):
+        cached.replace_pool(mine, seen)
+    assert {e.version for e in cached.pool()[0].entries} == {"v1", "v2", "v3"}  # type: ignore[union-attr]
+
+
+def test_a_cache_of_another_key_is_not_asked_with_its_etag(registry: DraftRegistry) -> None:
+    record(registry, "v1", 0, CODE)
+    cache = PoolCache()
+    other = DraftRegistry(registry.client, registry.bucket, "team/other", pool_cache=cache)
+    DraftRegistry(registry.client, registry.bucket, "team/llama", pool_cache=cache).pool()
+    assert other.pool() == (None, None)  # the other prefix has no pool: not llama's cached one
