@@ -46,6 +46,7 @@ from tide_trainer.tiny_target.launch_draft import ensure_launch_draft
 DOMAIN_A, DOMAIN_B = "code", "prose"
 PORT = 8000
 SERVED_MODEL = "chat"
+RECALLED = "recalled"  # LoopResult.recall_verdict: the home draft serves every pod again
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ class LoopSettings:
                                      "--batch-size", "8", "--eval-fraction", "0.15", "--window-shards", "24",
                                      "--log-every", "20")
     # code -> prose -> code (issue 16): domain A stays until a draft trained on it is promoted (the home
-    # draft), and after the prose round traffic returns to code, where the home draft must be recalled
-    # from the draft pool with no training run.
+    # draft), and after the prose round traffic returns to code, where the draft pool's evaluation decides
+    # before any training run: the home draft is recalled, or none is due where the away draft kept A.
     return_home: bool = False
     # Domain A recurs as a working set of this many prompts (the same code base asked about again), which
     # is what makes its draft worth keeping: on fresh prompts of the same domain the tiny target's code and
@@ -114,9 +115,14 @@ class LoopResult:
     home_version: str | None = None
     away_version: str | None = None
     return_at: float | None = None
-    recall_s: float | None = None
+    recall_s: float | None = None  # from the return to the pool's verdict: the home draft on every pod, or none due
+    recall_verdict: str | None = None  # RECALLED, or the RecallNotBetter message (its evaluation's numbers)
     jobs_created: dict[str, float] = field(default_factory=dict)  # Job name -> created, seconds from the start
     history_after_return: list[HistoryEntry] = field(default_factory=list)
+
+    @property
+    def recalled(self) -> bool:
+        return self.recall_verdict == RECALLED
 
 
 def operator_config(work_dir: Path, settings: LoopSettings) -> dict[str, Any]:
@@ -276,20 +282,35 @@ class WholeLoop:
                                         for v in drafts.values())
 
     def return_home(self, traffic: Traffic) -> None:
-        """Back to domain A: the home draft is recalled from the pool, with no training run."""
+        """Back to domain A: the pool's evaluation decides, before any training run. The home draft is
+        recalled where it beats the away draft there by the recall margin; where the away draft, trained
+        from it, kept what it knew of A (one run in five here), no recall is due and the away draft serves."""
         r = self.result
         r.away_version = next(iter(self.pod_drafts().values()))
         self.say(f"Traffic returns to {DOMAIN_A}; {r.away_version} serves, {r.home_version} is in the draft pool")
         traffic.switch(DOMAIN_A)
         returned = time.monotonic()
         r.return_at = returned - self.t0
-        _wait(lambda: set(self.pod_drafts().values()) == {r.home_version} and len(self.pod_drafts()) == 2,
-              f"{r.home_version} recalled to every pod", self.s.return_timeout_s)
+        r.recall_verdict = _wait(lambda: self._recall_verdict(r.return_at or 0.0),
+                                 f"{r.home_version} recalled to every pod, or the pool's evaluation finding no recall "
+                                 "due", self.s.return_timeout_s)
         r.recall_s = time.monotonic() - returned
-        self.say(f"  {r.home_version} serves every pod again {r.recall_s:.0f}s after the return")
-        r.acceptance["after_return"] = self.measure(f"{DOMAIN_A}, {r.home_version} recalled",
-                                                    lambda: time.sleep(self.s.home_measure_s))
+        if r.recalled:
+            self.say(f"  {r.home_version} serves every pod again {r.recall_s:.0f}s after the return")
+            what = f"{DOMAIN_A}, {r.home_version} recalled"
+        else:
+            self.say(f"  no recall due {r.recall_s:.0f}s after the return: {r.recall_verdict}")
+            what = f"{DOMAIN_A}, {r.away_version} (no recall due)"
+        r.acceptance["after_return"] = self.measure(what, lambda: time.sleep(self.s.home_measure_s))
         r.history_after_return = self.registry().history()
+
+    def _recall_verdict(self, since: float) -> str | None:
+        """RECALLED once every pod serves the home draft; the evaluation's message where it found none better."""
+        drafts = self.pod_drafts()
+        if len(drafts) == 2 and set(drafts.values()) == {self.result.home_version}:
+            return RECALLED
+        return next((t.message for t in list(self.result.transitions)
+                     if t.at_s > since and t.reason == "RecallNotBetter"), None)
 
     def measure(self, what: str, window: Callable[[], None] | None = None) -> float:
         """Mean acceptance length over the window (default measure_s), from every pod's own vLLM counters."""
@@ -494,7 +515,8 @@ def summary_table(result: LoopResult) -> str:
     lines += [f"{'wall time, ' + k.replace('_', ' '):40s} {v:7.0f}s" for k, v in result.phase_s.items()]
     lines.append(f"{'requests served / failed':40s} {result.requests_ok:8d} / {len(result.requests_failed)}")
     if result.recall_s is not None:
-        lines.append(f"{'recall time (return -> home draft served)':40s} {result.recall_s:7.0f}s")
+        verdict = "home draft served" if result.recalled else "no recall due"
+        lines.append(f"{'recall time (return -> ' + verdict + ')':40s} {result.recall_s:7.0f}s")
     if result.pointer is not None:
         lines.append(f"{'promoted.json':40s} {result.pointer.version} (run {result.pointer.run_id})")
     # What a failed run needs next (the assertions come after this table): why requests failed, every Event.

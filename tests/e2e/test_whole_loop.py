@@ -99,17 +99,27 @@ def check_loop(result: LoopResult, name: str) -> None:
     assert f"{name}-train-{home_run}" in result.trainer_jobs, (home_run, result.trainer_jobs)
     assert _run_number(result.pointer.run_id) > _run_number(home_run), result.history
 
-    # The return to code: v1 recalled from the draft pool (an evaluation Job, no training run since), and
-    # acceptance on code back to at least 95% of what v1 served there the first time.
+    # The return to code: the draft pool's evaluation Job decides before any training run. Mostly v1 is
+    # recalled (it beat v2 on code by 6-11% in four runs in five); where v2, trained from v1, kept v1's code
+    # (3.537 against v1's 3.593 in one run: short of the 2% margin) no recall is due and v2 serves on. Either
+    # way acceptance on code is back to at least 95% of what v1 served there the first time.
     assert result.return_at is not None
     assert result.recall_s is not None
     seen_as = [t.reason for t in result.transitions if t.at_s > result.return_at][:1]
-    print(f"recall time: {result.recall_s:.0f}s from the return to v1 on every pod (the return seen as {seen_as})")
-    after_return = {name: at for name, at in result.jobs_created.items() if at > result.return_at}
-    assert [n for n in after_return if "-train-" in n] == [], after_return
-    assert [n for n in after_return if "-eval-" in n], (after_return, result.transitions[-8:])
-    recalled = [h for h in result.history_after_return if h.action == "recalled"]
-    assert [h.version for h in recalled][-1:] == ["v1"], result.history_after_return
+    print(f"recall verdict {result.recall_verdict!r} {result.recall_s:.0f}s after the return (seen as {seen_as})")
+    verdict_at = result.return_at + result.recall_s
+    before_verdict = {name: at for name, at in result.jobs_created.items() if result.return_at < at <= verdict_at}
+    assert [n for n in before_verdict if "-train-" in n] == [], before_verdict
+    assert [n for n in before_verdict if "-eval-" in n], (before_verdict, result.transitions[-8:])
+    recalled = [h.version for h in result.history_after_return if h.action == "recalled"]
+    if result.recalled:
+        after_return = [n for n, at in result.jobs_created.items() if at > result.return_at and "-train-" in n]
+        assert after_return == [], after_return
+        assert recalled[-1:] == ["v1"], result.history_after_return
+    else:
+        assert result.recall_verdict is not None
+        assert re.search(r"best (v1|initial) [0-9.]+ vs served [0-9.]+", result.recall_verdict), result.recall_verdict
+        assert recalled == [], result.history_after_return
     assert a["after_return"] >= 0.95 * a["home_draft"], a
 
     # Events in the order the loop runs: capture on at the shift, training, canary, promotion.
