@@ -113,7 +113,9 @@ class RouteBackend(StatusModel):
     """One GPU class's Service behind the HTTPRoute, at its capacity weight."""
 
     gpu_class: GpuClassName
+    """The GPU class (a catalog key such as H100)."""
     service: Annotated[str, StringConstraints(min_length=1, max_length=63)]
+    """Its Service (<name>-vllm-<class>), selected by tide.dev/gpu-class."""
     weight: int = Field(ge=0)
     """Its pods in service x GPUs x catalog throughput x modelled speedup (0: none in service)."""
 
@@ -131,6 +133,7 @@ class RoutingStatus(StatusModel):
         max_length=32,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["gpuClass"]},
     )
+    """One backend per GPU class with its weight (0: no pod in service, or a Service still being removed)."""
 
 
 class DraftStatus(StatusModel):
