@@ -155,8 +155,10 @@ class FleetTrainer:
     """The fleet's training verdict on the operator's state, once per pass: the load regime it tracks from
     Prometheus' batch size and the best acceptance promoted, the run's usual length (the world's)."""
 
-    def __init__(self, policy: OperatorPolicy, shape: FleetShape, routing: Routing, always_train: bool = False) -> None:
+    def __init__(self, policy: OperatorPolicy, shape: FleetShape, routing: Routing, always_train: bool = False,
+                 timing: LendTiming = TIMING) -> None:
         self.policy, self.shape, self.routing, self.always_train = policy, shape, routing, always_train
+        self.timing = timing
         self.regime: LoadRegime | None = None
         self.launched: tuple[str, float] | None = None  # the Job seen running and since when
 
@@ -176,7 +178,8 @@ class FleetTrainer:
         reading = VerdictInput(t, batch, state.acceptance_estimate, state.lifecycle.promoted_acceptance,
                                fleet_rate(self.shape.groups(1.0), self.routing),
                                fleet_rate((self.shape.training.group(1.0),), self.routing),
-                               policy.world.params.training_s + CANARY_S, running_since)
+                               policy.world.params.training_s + CANARY_S, running_since,
+                               startup_s=self.timing.startup_s)
         self.regime, held = training_verdict(self.regime, reading, speedup)
         if self.always_train or not self.shape.lending_pays(self.routing):
             return None
@@ -192,7 +195,8 @@ def run_fleet(world: World, params: PolicyParams, shape: FleetShape | None, rout
     lender = Lender(timing)
     if isinstance(world, FleetWorld):
         world.lender = lender if lend_when_idle else None
-    trainer = FleetTrainer(policy, shape, routing, always_train) if shape is not None and lend_when_idle else None
+    trainer = (FleetTrainer(policy, shape, routing, always_train, timing) if shape is not None and lend_when_idle
+               else None)
     ticks_every = round(30.0 / (world.times[1] - world.times[0])) if len(world.times) > 1 else 1
     n = len(world.times)
     speedup, lent, job = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool)

@@ -79,6 +79,9 @@ class TrainingValue:
     speedup_trained: float  # s*: modelled at the reachable acceptance, same batch size
     remaining_s: float  # R: the regime's expected rest (LoadRegime.expected_rest)
     run_s: float  # T: a run's length to promotion (what is left of it for a running one)
+    # What of T the training GPUs would not serve anyway: lent replicas start serving only this long after the
+    # GPUs are free, so cancelling a run with less than that left frees nothing the fleet serves.
+    idle_s: float = 0.0
 
     @property
     def gain(self) -> float:
@@ -89,7 +92,7 @@ class TrainingValue:
 
     @property
     def cost(self) -> float:
-        return self.lend_rate * self.speedup_now * self.run_s
+        return self.lend_rate * self.speedup_now * max(0.0, self.run_s - self.idle_s)
 
     def pays(self, running: bool) -> bool:
         """A run starts while its gain clears its cost by the hysteresis; a running one goes on until its gain
@@ -122,6 +125,7 @@ class VerdictInput:
     run_s: float = RUN_PRIOR_S  # T: a run's length to promotion
     running_since: float | None = None  # when the running Job was first seen (None: none runs)
     regime_prior_s: float = REGIME_PRIOR_S  # R before any regime has ended
+    startup_s: float = 0.0  # how long lent replicas take to serve (a running run is weighed net of it)
     # What the regime tracks (default: batch): requests running over all engines where the pod count moves
     # (lent replicas added and drained would otherwise end a regime each time they halve the batch per engine).
     load: float | None = None
@@ -142,5 +146,6 @@ def training_verdict(regime: LoadRegime | None, inp: VerdictInput,
     run_s = inp.run_s if inp.running_since is None else max(0.0, inp.run_s - (inp.now - inp.running_since))
     value = TrainingValue(inp.serving_rate, inp.lend_rate, speedup(inp.acceptance),
                           speedup(max(reachable_acceptance(regime.best_promoted), inp.acceptance)),
-                          regime.expected_rest(inp.now, inp.regime_prior_s), run_s)
+                          regime.expected_rest(inp.now, inp.regime_prior_s), run_s,
+                          inp.startup_s if inp.running_since is not None else 0.0)
     return regime, None if keep_training(value, regime, inp.running_since) else value.message()

@@ -102,3 +102,23 @@ def test_no_reading_no_verdict() -> None:
     regime, held = training_verdict(None, VerdictInput(0.0, 4.0, None, None, 10.0, 10.0), _speedup)
     assert regime is not None
     assert held is None  # no acceptance known: training as TIDE's
+
+
+def test_a_running_run_is_weighed_net_of_the_lent_replicas_startup() -> None:
+    from tide_operator.control.fleet_training import VerdictInput, training_verdict
+
+    # Cancelling a run frees GPUs that serve only once lent replicas start: with 300 s of the run left and
+    # 240 s to start, cancelling wins 60 s of lent serving, not 300 s.
+    assert TrainingValue(C_S, C_T, 1.1, 1.2, 900, 300, idle_s=240).cost == pytest.approx(C_T * 1.1 * 60)
+    assert TrainingValue(C_S, C_T, 1.1, 1.2, 900, 200, idle_s=240).cost == 0.0
+    moved = LoadRegime(500.0, 300.0, 500.0)  # the load moved since the run started: it is weighed again
+
+    def reading(startup_s: float, running_since: float | None) -> VerdictInput:
+        return VerdictInput(1000.0, 300.0, 0.5, None, serving_rate=10.0, lend_rate=10.0, run_s=1020.0,
+                            running_since=running_since, regime_prior_s=600.0, startup_s=startup_s)
+
+    # 320 s of the run left, R 500 s: gain 10 x 0.19 x 180 = 342 against 10 x 1.5 x 320 = 4800 (x 0.5).
+    assert training_verdict(moved, reading(0.0, 300.0), _speedup)[1] is not None  # preempted
+    # Net of a 300 s startup cancelling frees 20 s: 342 against 300 x 0.5, so the run goes on.
+    assert training_verdict(moved, reading(300.0, 300.0), _speedup)[1] is None
+    assert training_verdict(moved, reading(300.0, None), _speedup)[1] is not None  # a new run pays in full
