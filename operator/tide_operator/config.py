@@ -250,6 +250,11 @@ class OperatorConfig(_ConfigModel):
     """Rate window of the acceptance and throughput queries; keep it >= 4 scrape intervals."""
     prometheus_interval_seconds: float = Field(default=10.0, gt=0, le=3600)
     """How long one snapshot of every deployment's metrics answers the handlers."""
+    prometheus_settle_seconds: float = Field(default=5.0, ge=0, le=300)
+    """Queries are evaluated this long before now. A snapshot is several queries whose ratios are taken
+    (accepted tokens over drafts); at now, a scrape still being ingested lands between two of them, and a
+    whole-loop run read position-0 acceptance 0.18 against a steady 0.45, which cancelled a training
+    run as a workload shift. Keep it above Prometheus' scrape duration."""
     resync_interval_seconds: float = Field(default=30.0, gt=0, le=3600)
     """How often every TideDeployment is re-checked against its children (drift repair, status)."""
     capture_prune_interval_seconds: float = Field(default=60.0, gt=0, le=3600)

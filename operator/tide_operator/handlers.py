@@ -55,7 +55,8 @@ GPU_REQUESTS = GpuRequestWatch(api_client)
 # One adapter per endpoint: deployments sharing a Prometheus share its queries.
 # A 401/403 from Prometheus drops the Secret its credentials came from: the next pass reads it again.
 PROMETHEUS = PrometheusAdapters(AdapterConfig(window_s=CONFIG.prometheus_window_seconds,
-                                              interval_s=CONFIG.prometheus_interval_seconds),
+                                              interval_s=CONFIG.prometheus_interval_seconds,
+                                              settle_s=CONFIG.prometheus_settle_seconds),
                                 on_refused=SECRETS.forget_holding)
 SECRETS.max_age_s = CONFIG.kubernetes.secret_max_age_seconds
 

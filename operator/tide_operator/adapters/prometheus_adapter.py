@@ -64,6 +64,9 @@ class AdapterConfig:
     window_s: float = 60.0  # rate window; keep it >= 4 scrape intervals
     interval_s: float = 10.0  # a snapshot answers every deployment for this long
     timeout_s: float = 5.0
+    # Queries evaluate this long before the snapshot's time: every query of it then reads the same ingested
+    # scrapes (at now, one ingested between two queries skews the ratios of their answers).
+    settle_s: float = 0.0
     poll_idle_s: float | None = None  # a poller nobody reads stops after this; None: idle_limit(interval_s)
     labels: LabelNames = field(default_factory=LabelNames)
 
@@ -229,7 +232,7 @@ class PrometheusAdapter:
     def _store(self, now: float) -> Snapshot | PrometheusUnavailable:
         """Fetch at ``now`` (caller holds `_fetching`) and keep the answer or the failure."""
         try:
-            answer: Snapshot | PrometheusUnavailable = self._fetch(now)
+            answer: Snapshot | PrometheusUnavailable = self._fetch(now - self.config.settle_s)
         except PrometheusUnavailable as err:
             answer = err
         with self._lock:

@@ -77,7 +77,8 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     reading, max_batch_size = _with_fleet(reading, fleet, state)
     effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
     params = policy_params(spec, profile_points, max_batch_size=max_batch_size,
-                           observation_window_s=config.prometheus_window_seconds,
+                           # a change shows in full once its window has passed and the readings settled
+                           observation_window_s=config.prometheus_window_seconds + config.prometheus_settle_seconds,
                            deployment_uid=next(iter(owner_uids(adopt({"metadata": {}}))), ""))
     routing, route_api = routing_of(spec, cluster)
     reading = lend(name, namespace, spec, placement, draft, state, params, reading,

@@ -15,6 +15,7 @@ from tide_operator.adapters.prometheus_adapter import (
 )
 from tide_operator.adapters.prometheus_adapter_metrics import observation
 from tide_operator.adapters.prometheus_adapter_queries import DeploymentKey, Metric
+from tide_operator.config import OperatorConfig
 from tide_operator.control.prometheus_access import PrometheusConnection
 
 LLAMA = DeploymentKey("team-a", "llama")
@@ -132,6 +133,21 @@ def test_one_query_per_metric_per_interval_for_all_deployments() -> None:
     clock.now += 1
     adapter.deployment(QWEN)
     assert len(fake.calls) == 2 * len(Metric)
+
+
+def test_queries_are_evaluated_a_settle_time_in_the_past() -> None:
+    """Every query of a snapshot reads the same ingested scrapes: evaluated at now, a scrape ingested
+    between two of them skews the ratio of their answers (accepted tokens over drafts)."""
+    fake, clock = FakePrometheus(ANSWERS), Clock()
+    adapter = PrometheusAdapter("http://prom", AdapterConfig(interval_s=10, settle_s=5), query=fake, clock=clock,
+                                poll=False)
+    fake.queries = {q: m for m, q in adapter.queries.items()}
+    adapter.deployment(LLAMA)
+    assert {at for _, at in fake.calls} == {clock.now - 5}
+    clock.now += 4
+    adapter.deployment(LLAMA)  # the snapshot is still fresh: its age counts from when it was fetched
+    assert len(fake.calls) == len(Metric)
+    assert OperatorConfig().prometheus_settle_seconds == 5.0  # what the operator runs with
 
 
 def test_unreachable_raises_typed_error_and_is_remembered_for_the_interval() -> None:
