@@ -75,15 +75,16 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     fleet = make_fleet(name, namespace, config, cluster, control_tokens)
     reading = _sensor_reading(name, namespace, spec, state, registry, cluster, config, adapters)
     reading, max_batch_size = _with_fleet(reading, fleet, state)
+    owner_uid = next(iter(owner_uids(adopt({"metadata": {}}))), "")  # the UID adopt writes into our children
     effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
     params = policy_params(spec, profile_points, max_batch_size=max_batch_size,
                            # a change shows in full once its window has passed and the readings settled
                            observation_window_s=config.prometheus_window_seconds + config.prometheus_settle_seconds,
-                           deployment_uid=next(iter(owner_uids(adopt({"metadata": {}}))), ""))
+                           deployment_uid=owner_uid)
     routing, route_api = routing_of(spec, cluster)
     reading = lend(name, namespace, spec, placement, draft, state, params, reading,
                    Lending(cluster, config, adopt, routing=routing), now_s)
-    route(name, namespace, spec, placement, draft, cluster, config.catalog, adopt, route_api)
+    route(name, namespace, spec, placement, draft, cluster, config.catalog, adopt, owner_uid, route_api)
     if reading.observation is not None:  # what serves, as read before this pass changes it (a pin, a flip)
         draft.events.extend(note_served(registry, spec, (namespace, name), reading.observation.promoted_version,
                                         datetime.now(UTC)))

@@ -24,7 +24,7 @@ from tide_operator.catalog import GpuCatalog, GpuClass
 from tide_operator.control.fleet import ClassGroup, Routing, capacity_weights
 from tide_operator.control.placement import Placement
 from tide_operator.manifests import names
-from tide_operator.manifests.ownership import ChildConflict, owner_uids
+from tide_operator.manifests.ownership import ChildConflict
 from tide_operator.manifests.routing import HTTP_ROUTE, build_class_service, build_http_route
 from tide_operator.passes.lending import modelled_speedup
 from tide_operator.passes.serving_status import EventNote, StatusDraft
@@ -40,7 +40,7 @@ def routing_of(spec: TideDeploymentSpec, cluster: Cluster) -> tuple[Routing, str
 
 
 def route(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement, draft: StatusDraft,
-          cluster: Cluster, catalog: GpuCatalog, adopt: Any, api_version: str | None) -> None:
+          cluster: Cluster, catalog: GpuCatalog, adopt: Any, owner_uid: str, api_version: str | None) -> None:
     """This pass's routing: the weighted HTTPRoute where it is honoured (``api_version``), and what an
     earlier pass applied removed where it is no longer wanted; status.routing says what stands."""
     before = draft.status.routing
@@ -48,17 +48,13 @@ def route(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placem
         return  # nothing routed, nothing to remove: no call
     weights = apply_routes(name, namespace, spec, serving_groups(spec, placement, draft, catalog), cluster, adopt,
                            api_version) if api_version is not None else {}
-    left = _remove(namespace, _unwanted(before, weights), cluster, next(iter(owner_uids(adopt({"metadata": {}}))), ""),
-                   draft)
+    left = _remove(namespace, _unwanted(before, weights), cluster, owner_uid, draft)
     backends = [RouteBackend(gpu_class=c, service=names.class_service_name(name, c), weight=w)
                 for c, w in sorted(weights.items())]
     backends += [RouteBackend(gpu_class=b.gpu_class, service=b.service, weight=0)
                  for b in (before.backends if before else ()) if ("Service", b.service) in left]
-    route_left = before is not None and (HTTP_ROUTE, before.route) in left
-    if weights or route_left or backends:
-        draft.update(routing=RoutingStatus(route=names.serving_name(name), backends=tuple(backends)))
-    else:
-        draft.update(routing=None)
+    routing = RoutingStatus(route=names.serving_name(name), backends=tuple(backends)) if weights or left else None
+    draft.update(routing=routing)
     if before is not None and not weights and not left:
         draft.events.append(EventNote("Normal", "RoutingRemoved", f"HTTPRoute {before.route} and the per-class "
                                       "Services deleted: inference.gateway is not set, or HTTPRoutes are not served"))

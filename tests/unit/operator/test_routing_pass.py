@@ -117,7 +117,7 @@ def route_pass(spec: Any, status: TideDeploymentStatus, cluster: RouteCluster) -
     draft = StatusDraft(status, 1, datetime(2026, 12, 7, tzinfo=UTC))
     _, api_version = routing_of(spec, cluster)  # type: ignore[arg-type]
     route("chat", "llm", spec, placement("H100", "MI250"), draft, cluster, DEFAULT_CATALOG, adopt,  # type: ignore[arg-type]
-          api_version)
+          "td-uid", api_version)
     return draft
 
 
