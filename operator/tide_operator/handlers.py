@@ -26,6 +26,7 @@ from tide_operator.api import GROUP, PLURAL, VERSION
 from tide_operator.api.messages import bounded_message
 from tide_operator.config import OperatorConfig, load_operator_config
 from tide_operator.control.manual import ABORT_ANNOTATION, PROMOTE_ANNOTATION, ROLLBACK_ANNOTATION, unconsumed
+from tide_operator.manifests import names
 from tide_operator.manifests.control_token import ROTATE_ANNOTATION
 from tide_operator.manifests.labels import DEPLOYMENT_LABEL
 from tide_operator.passes import control_step
@@ -216,10 +217,21 @@ def _capture_writers_running(body: kopf.Body, pods_from: Cluster) -> bool:
     """Scale the serving pods to zero first: shards they flush on the way out would outlive the delete."""
     meta = body.metadata
     try:
-        return stop_capture_writers(meta.name or "", meta.namespace or "", meta.uid or "", pods_from)
+        return stop_capture_writers(meta.name or "", meta.namespace or "", meta.uid or "", pods_from,
+                                    _group_deployments(body))
     except ApiException as e:  # cannot tell: delete now rather than hold the namespace
         log.warning("stopping the serving pods of %s/%s before deleting captures: %s", meta.namespace, meta.name, e)
         return False
+
+
+def _group_deployments(body: kopf.Body) -> tuple[str, ...]:
+    """The serving groups' Deployments, as status last listed them and as the spec names them."""
+    listed = [g.get("deployment") for g in (body.get("status") or {}).get("servingGroups") or ()
+              if isinstance(g, dict)]
+    wanted = [names.group_serving_name(body.metadata.name or "", g.get("gpuClass", ""))
+              for g in ((body.get("spec") or {}).get("inference") or {}).get("servingGroups") or ()
+              if isinstance(g, dict) and isinstance(g.get("gpuClass"), str)]
+    return tuple(dict.fromkeys(d for d in [*listed, *wanted] if isinstance(d, str) and d))
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.capture_prune_interval_seconds, id="prune-captures")

@@ -42,9 +42,11 @@ NAMESPACED = (
     Grant(GROUP, (f"{PLURAL}/finalizers",), ("update",),
           "no request uses it: where OwnerReferencesPermissionEnforcement is on (OpenShift), a child "
           "with blockOwnerDeletion needs it on its owner"),
-    Grant("apps", ("deployments",), ("get", "list", "watch", "create", "patch"),
-          "the vLLM Deployment: watched (ours, by label) for the passes' cache, read by name when the cache has "
-          "none, created if absent, its drift patched; garbage collection deletes it"),
+    Grant("apps", ("deployments",), ("get", "list", "watch", "create", "patch", "delete"),
+          "the vLLM Deployments: watched (ours, by label) for the passes' cache, read by name when the cache has "
+          "none, created if absent, their drift patched; a serving Deployment that leaves (inference.servingGroups "
+          "switched on or off, a class out of the groups) deleted once the others serve, ours only; garbage "
+          "collection deletes the rest"),
     Grant("", ("services", "configmaps"), ("get", "create", "patch"),
           "the vLLM Service and ConfigMap, like the Deployment"),
     Grant("", ("services",), ("delete",),

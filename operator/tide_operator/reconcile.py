@@ -25,9 +25,10 @@ from tide_operator.config import OperatorConfig
 from tide_operator.control.actions import Bands
 from tide_operator.control.lifecycle import run_id_for
 from tide_operator.control.manual import manual_request
-from tide_operator.control.placement import Placement, PoolRequest, choose_pools
+from tide_operator.control.placement import Placement, PoolRequest, choose_group_pools, choose_pools
 from tide_operator.control.pod_policy import pod_policy_violations
 from tide_operator.control.policy import PolicyState
+from tide_operator.control.serving_groups import GroupRequest, group_requests, vendor_problem
 from tide_operator.control.storage_tenancy import storage_violations, with_storage_defaults
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.control_token import control_token_secret, rotation_request, tokens_of
@@ -38,12 +39,13 @@ from tide_operator.manifests.serving import (
     bootstrap_draft_of,
     build_service,
     build_serving_configmap,
-    build_serving_deployment,
     launch_bands_of,
     launch_bands_with,
+    serving_deployments,
 )
 from tide_operator.passes.bootstrap_draft import bootstrap_pending, ensure_bootstrap
 from tide_operator.passes.control_step import run_control
+from tide_operator.passes.serving_groups import converge_serving, serving_names
 from tide_operator.passes.serving_status import (
     EventNote,
     ServingObservation,
@@ -96,10 +98,11 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
     if owned is None:
         return _result(draft)
     applied, control_tokens = owned
-    deployment = cluster.deployment(namespace, names.serving_name(name)) or {}
-    observed = deployment.get("status") or {}
-    serving(draft, ServingObservation(replicas=spec.inference.replicas,
-                                      ready_replicas=int(observed.get("readyReplicas") or 0),
+    ready = converge_serving(name, namespace, spec, placement, cluster, meta.get("uid", ""), draft)
+    if ready is None:
+        observed = (cluster.deployment(namespace, names.serving_name(name)) or {}).get("status") or {}
+        ready = int(observed.get("readyReplicas") or 0)
+    serving(draft, ServingObservation(replicas=spec.inference.replicas, ready_replicas=ready,
                                       selector=labels.serving_selector(name)))
     if adapters is not None and draft.status.phase is Phase.SERVING and not bootstrap_pending(draft.status):
         run_control(name, namespace, spec, placement, draft, cluster, config, adopt, adapters,
@@ -132,10 +135,19 @@ def policy_refusal(spec: TideDeploymentSpec, namespace: str, name: str,
     if refused:
         return Reason.POD_POLICY_VIOLATION, refused
     refused = storage_violations(spec, namespace, name, config.storage)
-    return (Reason.STORAGE_POLICY_VIOLATION, refused) if refused else None
+    if refused:
+        return Reason.STORAGE_POLICY_VIOLATION, refused
+    mixed = vendor_problem(_group_requests(spec, config), spec.inference.image)
+    return (Reason.INVALID_SPEC, [("spec.inference.image", mixed)]) if mixed else None
 
 
-def child_names(name: str, status: TideDeploymentStatus, uid: str) -> list[tuple[str, str]]:
+def _group_requests(spec: TideDeploymentSpec, config: OperatorConfig) -> tuple[GroupRequest, ...]:
+    return group_requests([(g.gpu_class, g.min_replicas, g.max_replicas, g.gpus_per_replica)
+                           for g in spec.inference.serving_groups], config.catalog, spec.inference.gpus_per_replica)
+
+
+def child_names(name: str, status: TideDeploymentStatus, uid: str,
+                group_classes: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """(kind, name) of every child a reconcile pass writes, and of the next run's Job of either kind.
 
     The control pass creates that Job later (and checks it again); a namesake is found now, before
@@ -147,7 +159,8 @@ def child_names(name: str, status: TideDeploymentStatus, uid: str) -> list[tuple
     return [("Secret", names.control_token_secret_name(name)), ("ConfigMap", names.serving_config_name(name)),
             ("Service", names.serving_name(name)), ("Deployment", names.serving_name(name)),
             (DISRUPTION_BUDGET, names.disruption_budget_name(name)),
-            ("Job", names.trainer_job_name(name, next_run)), ("Job", names.evaluation_job_name(name, next_run))]
+            ("Job", names.trainer_job_name(name, next_run)), ("Job", names.evaluation_job_name(name, next_run)),
+            *(("Deployment", names.group_serving_name(name, c)) for c in group_classes)]
 
 
 def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Placement, config: OperatorConfig,
@@ -158,7 +171,8 @@ def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Pl
     Also the control tokens of the Secret just applied (the pods' calls use them, rotated or kept)."""
     name, namespace = meta["name"], meta["namespace"]
     live = {(kind, child): cluster.read(kind, namespace, child)
-            for kind, child in child_names(name, draft.status, meta.get("uid", ""))}
+            for kind, child in child_names(name, draft.status, meta.get("uid", ""),
+                                           tuple(g.gpu_class for g in spec.inference.serving_groups))}
     found = [c for (kind, _), obj in live.items() if (c := conflict(meta.get("uid", ""), kind, obj))]
     if found:  # checked before any write: none of our own children changes while a name is taken
         child_conflict(draft, describe(found))
@@ -166,7 +180,7 @@ def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Pl
     children_owned(draft)
     # Without spec.draft.initial: the bootstrap head, once its init Job wrote it (bootstrap_draft.py).
     bootstrap = ensure_bootstrap(name, namespace, spec, placement, config, cluster, adopt, draft,
-                                 live[("Deployment", names.serving_name(name))])
+                                 _launched(name, placement, live))
     try:
         token = control_token_secret(name, namespace, live[("Secret", names.control_token_secret_name(name))],
                                      rotation_request(meta), draft.now, config.serving.token_rotation_grace_seconds)
@@ -184,11 +198,19 @@ def _apply_children(name: str, namespace: str, spec: TideDeploymentSpec, placeme
     # The control token is kept, or rotated once per new tide.dev/rotate-token value (pods re-read it).
     cluster.apply(adopt(token), live[("Secret", token["metadata"]["name"])])
     # Pods that cannot switch speculation at runtime were rolled with the policy's table: keep it.
-    deployment = live[("Deployment", names.serving_name(name))]
+    deployment = _launched(name, placement, live)
     bands = launch_bands_with(launch_bands_of(deployment), bootstrap, bootstrap_draft_of(deployment))
     return tuple(cluster.apply(child, live[(child["kind"], child["metadata"]["name"])])
                  for child in map(adopt, _children(name, namespace, spec, placement, config, bands,
                                                                          bootstrap)))
+
+
+def _launched(name: str, placement: Placement,
+              live: dict[tuple[str, str], dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The live serving Deployment whose launch settings (bootstrap draft, bands) carry over: a wanted one,
+    else the one Deployment that groups replace (so a migration launches the new pods the same way)."""
+    wanted = [live.get(("Deployment", dep)) for dep in serving_names(name, placement)]
+    return next((d for d in wanted if d is not None), None) or live.get(("Deployment", names.serving_name(name)))
 
 
 def _apply_disruption_budget(meta: dict[str, Any], spec: TideDeploymentSpec, cluster: Cluster, adopt: Any,
@@ -223,10 +245,14 @@ STATUS_FIELDS = {field.alias or name for name, field in TideDeploymentStatus.mod
 def _place(spec: TideDeploymentSpec, cluster: Cluster, config: OperatorConfig, namespace: str, name: str,
            status: TideDeploymentStatus) -> Placement:
     nodes = cluster.node_inventory(exclude=(namespace, name))
-    inference = PoolRequest(allowed=spec.inference.gpu_classes or None, units=spec.inference.replicas,
-                            gpus_per_unit=spec.inference.gpus_per_replica)
     training = PoolRequest(allowed=spec.training.gpu_classes or None, units=1,
                            gpus_per_unit=spec.training.gpus_per_job)
+    if groups := _group_requests(spec, config):
+        # The split as last applied: a replica moves only where its class cannot place it.
+        current = {g.gpu_class: g.replicas for g in status.serving_groups or () if not g.retiring}
+        return choose_group_pools(nodes, config.catalog, groups, spec.inference.replicas, training, current)
+    inference = PoolRequest(allowed=spec.inference.gpu_classes or None, units=spec.inference.replicas,
+                            gpus_per_unit=spec.inference.gpus_per_replica)
     current = status.inference_pool.gpu_class if status.inference_pool else None
     placed = _placed(cluster.pods(namespace, labels.serving_selector(name)), current) if current else 0
     return choose_pools(nodes, config.catalog, inference, training, current, placed)
@@ -245,8 +271,8 @@ def _children(name: str, namespace: str, spec: TideDeploymentSpec, placement: Pl
               bootstrap: str | None = None) -> list[dict[str, Any]]:
     return [build_serving_configmap(name, namespace, spec, bootstrap, launch_bands=launch_bands),
             build_service(name, namespace, spec),
-            build_serving_deployment(name, namespace, spec, placement, config, bootstrap_draft=bootstrap,
-                                     launch_bands=launch_bands)]
+            *serving_deployments(name, namespace, spec, placement, config, bootstrap_draft=bootstrap,
+                                 launch_bands=launch_bands)]
 
 
 def _result(draft: StatusDraft, applied: tuple[Applied, ...] = ()) -> PassResult:

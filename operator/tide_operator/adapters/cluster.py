@@ -168,8 +168,8 @@ class Cluster:
             raise
 
     def delete_owned(self, kind: str, namespace: str, name: str, owner_uid: str) -> bool:
-        """Delete child ``name`` (a PodDisruptionBudget, a class Service, the HTTPRoute) if it exists and is
-        ours; True when it was."""
+        """Delete child ``name`` (a PodDisruptionBudget, a class Service, the HTTPRoute, a retiring serving
+        Deployment) if it exists and is ours; True when it was."""
         live = self._read(kind, namespace, name)
         if live is None:
             return False
@@ -177,6 +177,7 @@ class Cluster:
         if found is not None:
             raise ChildConflict([found])
         deleter = {"Service": self.core.delete_namespaced_service,
+                   "Deployment": self.apps.delete_namespaced_deployment,
                    HTTP_ROUTE: lambda n, ns: self._routes().delete_namespaced_custom_object(*self._route_path(ns), n),
                    DISRUPTION_BUDGET: lambda n, ns: self._policy_call("DELETE", self._budgets(ns, n))}[kind]
         try:
@@ -185,6 +186,17 @@ class Cluster:
             if e.status != 404:
                 raise
         return True
+
+    def scale_owned(self, namespace: str, name: str, replicas: int, owner_uid: str) -> None:
+        """Set our Deployment ``name``'s replicas alone (a retiring serving Deployment keeps its template)."""
+        live = self._read("Deployment", namespace, name)
+        if live is None or (live.get("spec") or {}).get("replicas") == replicas:
+            return
+        found = conflict(owner_uid, "Deployment", live)
+        if found is not None:
+            raise ChildConflict([found])
+        self.apps.patch_namespaced_deployment(name, namespace, {"spec": {"replicas": replicas}},
+                                              field_manager=FIELD_MANAGER)
 
     # --- writes ---
     def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:

@@ -117,6 +117,20 @@ def _disruption(spec: TideDeploymentSpec) -> list[Problem]:
     return problems
 
 
+def _serving_group_bounds(spec: TideDeploymentSpec) -> list[Problem]:
+    """Each group's maxReplicas at least its minReplicas (the CEL rule); tensor parallelism divides its GPUs."""
+    problems: list[Problem] = []
+    tp = spec.target.tensor_parallel_size
+    for i, group in enumerate(spec.inference.serving_groups):
+        path = f"spec.inference.servingGroups[{i}]"
+        if group.max_replicas is not None and group.max_replicas < group.min_replicas:
+            problems.append((f"{path}.maxReplicas", f"{group.max_replicas} must be at least minReplicas "
+                                                    f"({group.min_replicas})"))
+        if group.gpus_per_replica is not None and group.gpus_per_replica % tp:
+            problems.append((f"{path}.gpusPerReplica", f"target.tensorParallelSize ({tp}) must divide it"))
+    return problems
+
+
 CEL_TWINS: tuple[Callable[[TideDeploymentSpec], list[Problem]], ...] = (
     _tensor_parallel,
     _canary_replicas,
@@ -127,6 +141,7 @@ CEL_TWINS: tuple[Callable[[TideDeploymentSpec], list[Problem]], ...] = (
     _control_timing,
     _positive_durations,
     _disruption,
+    _serving_group_bounds,
 )
 
 
@@ -147,6 +162,29 @@ def _gpu_classes(spec: TideDeploymentSpec, known: Collection[str] | None) -> lis
     return problems
 
 
+# The lent replicas' Deployment is <name>-vllm-lent: a group of that name would take its name.
+RESERVED_GROUP_NAMES = ("lent",)
+
+
+def _serving_group_classes(spec: TideDeploymentSpec, known: Collection[str] | None) -> list[Problem]:
+    """Each group a distinct class of the catalog, allowed by inference.gpuClasses where that is set."""
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    allowed = spec.inference.gpu_classes
+    for i, group in enumerate(spec.inference.serving_groups):
+        path, name = f"spec.inference.servingGroups[{i}].gpuClass", group.gpu_class
+        if name.lower() in seen:
+            problems.append((path, f"{name!r} is already a serving group"))
+        elif name.lower() in RESERVED_GROUP_NAMES:
+            problems.append((path, f"{name!r} is reserved (the lent replicas' group)"))
+        elif known is not None and name not in known:
+            problems.append((path, f"unknown GPU class {name!r} (catalog: {', '.join(sorted(known))})"))
+        elif allowed and name not in allowed:
+            problems.append((path, f"{name!r} is not in spec.inference.gpuClasses ({', '.join(allowed)})"))
+        seen.add(name.lower())
+    return problems
+
+
 def cross_field_problems(spec: TideDeploymentSpec, known_gpu_classes: Collection[str] | None) -> list[Problem]:
     problems = [problem for rule in CEL_TWINS for problem in rule(spec)]
-    return problems + _gpu_classes(spec, known_gpu_classes)
+    return problems + _gpu_classes(spec, known_gpu_classes) + _serving_group_classes(spec, known_gpu_classes)

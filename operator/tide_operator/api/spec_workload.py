@@ -138,6 +138,26 @@ class GatewayRef(ApiModel):
     """One listener of the Gateway; default: every listener that accepts the route."""
 
 
+class ServingGroup(ApiModel):
+    """One GPU class that serves beside the others (inference.servingGroups): its own Deployment."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_validations(
+            {"rule": "!has(self.maxReplicas) || self.maxReplicas >= self.minReplicas",
+             "message": "maxReplicas must be at least minReplicas"},
+        )
+    )
+
+    gpu_class: GpuClassName
+    """A GPU class of the operator's catalog (and of inference.gpuClasses where that is set)."""
+    min_replicas: int = Field(default=0, ge=0, le=64)
+    """Replicas this class always runs while inference.replicas allows (fastest class first)."""
+    max_replicas: int | None = Field(default=None, ge=0, le=64)
+    """Replicas this class runs at most; default: no bound of its own."""
+    gpus_per_replica: int | None = Field(default=None, ge=1, le=16)
+    """GPUs per replica of this class; default: inference.gpusPerReplica."""
+
+
 class InferenceSpec(PodScheduling):
     """The vLLM servers on the inference pool."""
 
@@ -164,6 +184,13 @@ class InferenceSpec(PodScheduling):
     CRDs are installed) attached to this Gateway, each class weighted by its ready replicas' modelled
     throughput. Without it the one Service spreads requests evenly per pod, and lending
     (training.lendWhenIdle) skips a training class slower per replica than the serving one."""
+    serving_groups: tuple[ServingGroup, ...] = Field(
+        default=(), max_length=8,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["gpuClass"]},
+    )
+    """Serve on several GPU classes at once: a Deployment per class (<name>-vllm-<class>), replicas (the
+    total) split across them within each class's min/max, the fastest class with room first. Empty: one
+    Deployment (<name>-vllm) on the one class placement chooses."""
 
 
 class TrainingSpec(PodScheduling):

@@ -80,6 +80,21 @@ class InferencePoolStatus(StatusModel):
     """vLLM replicas ready (the vLLM Deployment's readyReplicas)."""
 
 
+class ServingGroupStatus(StatusModel):
+    """One serving group's Deployment (inference.servingGroups): its share of the replicas, and how many are ready."""
+
+    gpu_class: GpuClassName
+    """The GPU class (a catalog key such as H100)."""
+    deployment: Annotated[str, StringConstraints(min_length=1, max_length=63)]
+    """The group's Deployment (<name>-vllm-<class>)."""
+    replicas: int = Field(default=0, ge=0)
+    """Replicas of the total this class runs (the split), or what a retiring group keeps."""
+    replicas_ready: int = Field(default=0, ge=0)
+    """Its ready replicas (the Deployment's readyReplicas)."""
+    retiring: bool = False
+    """The class left the serving groups: it keeps serving until the others are ready, then goes."""
+
+
 class TrainingPoolStatus(StatusModel):
     """The GPU pool trainer Jobs are placed on."""
 
@@ -208,6 +223,11 @@ class TideDeploymentStatus(StatusModel):
     """Conditions, one per type (Ready, Scheduled, SpeculationEnabled, Collecting, Training,
     Promoting, Degraded, BootstrapDraftReady); each flip is also an Event."""
     inference_pool: InferencePoolStatus | None = None
+    serving_groups: tuple[ServingGroupStatus, ...] | None = Field(
+        default=None, max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["gpuClass"]},
+    )
+    """Present with inference.servingGroups (or while a group's Deployment retires): a Deployment per class."""
     training_pool: TrainingPoolStatus | None = None
     lending: LendingStatus | None = None
     """Present once training.lendWhenIdle was set: what is lent to serving on the training class."""

@@ -11,10 +11,11 @@ Pure: the caller lists the nodes (a Node informer or a test table).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tide_operator.api.conditions import Reason
 from tide_operator.catalog import GpuCatalog, GpuClass
+from tide_operator.control.serving_groups import GroupRequest, Split, split_replicas
 
 MAX_WEIGHT = 100  # preferredDuringScheduling weights run 1..100
 
@@ -74,9 +75,21 @@ class PoolChoice:
 
 
 @dataclass(frozen=True)
+class GroupPlacement:
+    """One serving group (inference.servingGroups): its class alone, and its share of the replicas."""
+
+    choice: PoolChoice
+    replicas: int
+    gpus_per_replica: int
+
+
+@dataclass(frozen=True)
 class Placement:
     inference: PoolChoice
+    """The one serving class; with serving groups, the fastest group's (its cost profile, lending's check)."""
     training: PoolChoice
+    groups: tuple[GroupPlacement, ...] = ()
+    split: Split | None = None
 
 
 @dataclass(frozen=True)
@@ -249,3 +262,40 @@ def choose_pools(
     left = _after_inference(pools, inference_choice, inference)
     inference_name = inference_choice.gpu_class.name if inference_choice.gpu_class else None
     return Placement(inference_choice, choose_training_pool(left, catalog, training, inference_name))
+
+
+def choose_group_pools(
+    nodes: Sequence[NodeInventory],
+    catalog: GpuCatalog,
+    groups: Sequence[GroupRequest],
+    total: int,
+    training: PoolRequest,
+    current: Mapping[str, int],
+) -> Placement:
+    """Serving groups: the split of ``total`` (serving_groups.py), each group's class alone with its
+    capacity, then the training pool from what every group leaves free."""
+    pools = _free_by_class(nodes, catalog)
+    fit = {g.gpu_class.name: _units_fit(_free(pools, [g.gpu_class]), g.gpus_per_replica) for g in groups}
+    split = split_replicas(total, groups, fit, current)
+    placed, left = [], pools
+    for g in groups:
+        request = PoolRequest((g.gpu_class.name,), split.of(g.gpu_class.name), g.gpus_per_replica)
+        choice = _choice(g.gpu_class, [g.gpu_class], left, request, _inference_value, "serving group",
+                         request.units)
+        placed.append(GroupPlacement(choice, request.units, g.gpus_per_replica))
+        left = _after_inference(left, choice, request)
+    primary = _primary(placed)
+    training_choice = choose_training_pool(left, catalog, training, primary.gpu_class.name if primary.gpu_class
+                                           else None)
+    return Placement(primary, training_choice, tuple(placed), split)
+
+
+def _primary(placed: Sequence[GroupPlacement]) -> PoolChoice:
+    """The fastest group that runs replicas (else the fastest): WaitingForCapacity while any group waits."""
+    running = [p for p in placed if p.replicas > 0] or list(placed)
+    best = max(running, key=lambda p: p.choice.gpu_class.inference_throughput * p.gpus_per_replica
+               if p.choice.gpu_class else 0.0)
+    waiting = [p for p in placed if not p.choice.has_capacity]
+    message = "serving groups: " + "; ".join(f"{p.replicas} on {p.choice.message}" for p in placed)
+    return replace(best.choice, reason=Reason.WAITING_FOR_CAPACITY if waiting else Reason.POOLS_CHOSEN,
+                   message=message)

@@ -34,6 +34,11 @@ def lent_serving_name(td_name: str) -> str:
     return dns_label(f"{td_name}-vllm-lent")
 
 
+def group_serving_name(td_name: str, gpu_class: str) -> str:
+    """Deployment of one serving group's vLLM pods (inference.servingGroups): named like its class Service."""
+    return class_service_name(td_name, gpu_class)
+
+
 def class_service_name(td_name: str, gpu_class: str) -> str:
     """Service of one GPU class's vLLM pods (a backend of the HTTPRoute, inference.gateway)."""
     return dns_label(f"{td_name}-vllm-{gpu_class.lower()}")

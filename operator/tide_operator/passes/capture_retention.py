@@ -161,16 +161,18 @@ def _newest_first(run_ids: Sequence[str]) -> list[str]:
 
 
 
-def stop_capture_writers(name: str, namespace: str, owner_uid: str, cluster: Cluster) -> bool:
-    """Scale our serving Deployment to zero; True while its pods still run (they may still write captures).
+def stop_capture_writers(name: str, namespace: str, owner_uid: str, cluster: Cluster,
+                         group_deployments: tuple[str, ...] = ()) -> bool:
+    """Scale our serving Deployments (the one, the lent one, each serving group's) to zero; True while
+    their pods still run (they may still write captures).
 
     Deleting the captures before the pods are gone would leave the shards they flush on the way out.
     """
-    serving = names.serving_name(name)
-    live = cluster.deployment(namespace, serving)
-    if live is not None and conflict(owner_uid, "Deployment", live) is None \
-            and (live.get("spec") or {}).get("replicas") != 0:
-        cluster.apps.patch_namespaced_deployment(serving, namespace, {"spec": {"replicas": 0}})
+    for serving in (names.serving_name(name), names.lent_serving_name(name), *group_deployments):
+        live = cluster.deployment(namespace, serving)
+        if live is not None and conflict(owner_uid, "Deployment", live) is None \
+                and (live.get("spec") or {}).get("replicas") != 0:
+            cluster.apps.patch_namespaced_deployment(serving, namespace, {"spec": {"replicas": 0}})
     pods = cluster.pods(namespace, labels.serving_selector(name))
     return any(not _terminated(p) for p in pods)
 

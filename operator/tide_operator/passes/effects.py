@@ -40,9 +40,9 @@ from tide_operator.manifests.pod import s3_uri
 from tide_operator.manifests.serving import (
     OFF_BANDS,
     build_serving_configmap,
-    build_serving_deployment,
     full_bands,
     launch_bands_of,
+    serving_deployments,
 )
 from tide_operator.manifests.trainer import bootstrap_location, build_trainer_job
 from tide_operator.passes import recall_effects
@@ -61,6 +61,7 @@ from tide_operator.passes.pod_convergence import (
     draft_swaps,
     swap_budget,
 )
+from tide_operator.passes.serving_groups import launched_deployment
 from tide_operator.passes.serving_status import EventNote
 from tide_operator.passes.storage_errors import STORAGE_ERRORS
 
@@ -93,14 +94,14 @@ class ClusterEffects:
 
     def _roll_speculation(self, action: act.SetSpeculation, refused: RestartRequired) -> str | None:
         bands = self._on_bands(action.tokens_per_batch_size) if action.enabled else OFF_BANDS
-        live = self.cluster.deployment(self.namespace, names.serving_name(self.name))
+        live = launched_deployment(self.name, self.namespace, self.placement, self.cluster)
         if launch_bands_of(live) == bands:
             return None  # already rolled this way: the refusals come from pods still being replaced
         try:
             for child in (build_serving_configmap(self.name, self.namespace, self.spec, self._bootstrap(),
                                                   launch_bands=bands),
-                          build_serving_deployment(self.name, self.namespace, self.spec, self.placement, self.config,
-                                                   bootstrap_draft=self._bootstrap(), launch_bands=bands)):
+                          *serving_deployments(self.name, self.namespace, self.spec, self.placement, self.config,
+                                               bootstrap_draft=self._bootstrap(), launch_bands=bands)):
                 self.cluster.apply(self.adopt(child))
         except ChildConflict as e:
             raise EffectError(f"rolling the serving pods for speculation: {e}", Reason.CHILD_CONFLICT) from e

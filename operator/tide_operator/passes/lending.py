@@ -39,6 +39,7 @@ from tide_operator.manifests import labels, names
 from tide_operator.manifests.ownership import ChildConflict
 from tide_operator.manifests.serving import bootstrap_draft_of, build_lent_deployment, launch_bands_of
 from tide_operator.passes.control_loop import SensorReading
+from tide_operator.passes.serving_groups import launched_deployment
 from tide_operator.passes.serving_status import EventNote, StatusDraft
 
 InFlight = Callable[[str, int], int | None]  # (pod IP, port) -> requests running or waiting
@@ -99,8 +100,12 @@ def _fleet_input(spec: TideDeploymentSpec, placement: Placement, draft: StatusDr
     """The split's input; the time to the next Job is filled in once the training verdict is known."""
     inference, training = placement.inference.gpu_class, placement.training.gpu_class
     speedup = modelled_speedup(draft)
-    serving = (ClassGroup(inference.name, spec.inference.replicas, spec.inference.gpus_per_replica,
-                          inference.inference_throughput, speedup),) if inference else ()
+    serving = tuple(ClassGroup(g.choice.gpu_class.name, g.replicas, g.gpus_per_replica,
+                               g.choice.gpu_class.inference_throughput, speedup)
+                    for g in placement.groups if g.choice.gpu_class is not None)
+    if inference is not None and not serving:
+        serving = (ClassGroup(inference.name, spec.inference.replicas, spec.inference.gpus_per_replica,
+                              inference.inference_throughput, speedup),)
     lendable = None
     if training is not None and _lendable(spec, placement) and lendable_replicas(spec, placement) > 0:
         lendable = ClassGroup(training.name, lendable_replicas(spec, placement),
@@ -166,7 +171,7 @@ def _carry_out(name: str, namespace: str, spec: TideDeploymentSpec, placement: P
         return  # nothing lent and nothing to lend: no Deployment is made for it
     if placement.training.gpu_class is None:
         return  # no class to lend on: a live lent Deployment stays as it is until one is chosen
-    main = cluster.read("Deployment", namespace, names.serving_name(name)) or {}
+    main = launched_deployment(name, namespace, placement, cluster) or {}
     desired = build_lent_deployment(name, namespace, spec, placement, lending.config, plan.replicas,
                                     bootstrap_draft=bootstrap_draft_of(main), launch_bands=launch_bands_of(main))
     cluster.apply(lending.adopt(desired), live)

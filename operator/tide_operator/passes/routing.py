@@ -88,11 +88,13 @@ def _remove(namespace: str, unwanted: list[tuple[str, str]], cluster: Cluster, o
 def serving_groups(spec: TideDeploymentSpec, placement: Placement, draft: StatusDraft,
                    catalog: GpuCatalog) -> tuple[ClassGroup, ...]:
     """The classes that serve, with the replicas in service as the last passes saw them: the serving
-    pool's ready replicas and, with lending on, the lent class (0 while nothing is lent)."""
+    pool's (or each serving group's) ready replicas and, with lending on, the lent class (0 while
+    nothing is lent)."""
     speedup, per_replica = modelled_speedup(draft), spec.inference.gpus_per_replica
-    groups = []
+    groups = [ClassGroup(c.name, g.replicas_ready, _group_gpus(spec, g.gpu_class), c.inference_throughput, speedup)
+              for g in draft.status.serving_groups or () if (c := _class(catalog, g.gpu_class)) is not None]
     inference, pool = placement.inference.gpu_class, draft.status.inference_pool
-    if inference is not None:
+    if inference is not None and not groups:
         ready = pool.replicas_ready if pool else 0
         groups.append(ClassGroup(inference.name, ready, per_replica, inference.inference_throughput, speedup))
     lending = draft.status.lending
@@ -111,6 +113,11 @@ def apply_routes(name: str, namespace: str, spec: TideDeploymentSpec, groups: tu
         cluster.apply(adopt(build_class_service(name, namespace, spec, gpu_class)))
     cluster.apply(adopt(build_http_route(name, namespace, spec, weights, api_version)))
     return weights
+
+
+def _group_gpus(spec: TideDeploymentSpec, gpu_class: str) -> int:
+    group = next((g for g in spec.inference.serving_groups if g.gpu_class == gpu_class), None)
+    return (group.gpus_per_replica if group else None) or spec.inference.gpus_per_replica
 
 
 def _class(catalog: GpuCatalog, name: str | None) -> GpuClass | None:

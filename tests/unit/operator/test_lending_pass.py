@@ -41,6 +41,9 @@ class FakeCluster:
     def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self.deployments.get(name)
 
+    def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.deployments.get(name)
+
     def apply(self, desired: dict[str, Any], live: dict[str, Any] | None = None) -> None:
         self.deployments[desired["metadata"]["name"]] = desired
 
