@@ -110,8 +110,13 @@ class PodRunner(threading.Thread):
             log.exception("pod %s/%s: runner crashed", meta["namespace"], meta["name"])
             raise
         finally:
+            # As the kubelet does on a delete: each running container's preStop hook, then SIGTERM, all
+            # within the pod's grace period (containers one after another here: our pods have one).
+            deadline = time.monotonic() + (self._grace_s if self.stopping else 0.0)
             for c in self.containers:
-                self._kill(c, self._grace_s if self.stopping else 0.0)
+                if self.stopping:
+                    self._pre_stop(c, deadline)
+                self._kill(c, max(0.0, deadline - time.monotonic()))
             shutil.rmtree(self.tmp, ignore_errors=True)
             if self._delete_after:
                 self.kubelet.finalize_delete(meta["namespace"], meta["name"], meta["uid"])
@@ -207,7 +212,7 @@ class PodRunner(threading.Thread):
                 return
             self._stop_requested.wait(TICK_S)
 
-    def _launch(self, c: Container) -> None:
+    def _process_env(self, c: Container) -> dict[str, str]:
         runtime = self.kubelet.images.runtime_for(c.spec.get("image", ""))
         env = {k: os.environ[k] for k in PASS_THROUGH_ENV if k in os.environ}
         env["PATH"] = os.pathsep.join([*runtime.path_prepend, os.environ.get("PATH", "/usr/bin:/bin")])
@@ -215,6 +220,30 @@ class PodRunner(threading.Thread):
         env["TMPDIR"] = str(self.tmp)
         env.update(runtime.env)
         env.update(c.env)
+        return env
+
+    def _pre_stop(self, c: Container, deadline: float) -> None:
+        """A running container's lifecycle.preStop: ``sleep.seconds``, or ``exec.command`` run in its
+        environment (a failing hook is logged, as the kubelet records FailedPreStopHook, and the stop goes on)."""
+        hook = (c.spec.get("lifecycle") or {}).get("preStop") or {}
+        if c.record is None or not hook:
+            return
+        left = max(0.0, deadline - time.monotonic())
+        if "sleep" in hook:
+            time.sleep(min(float(hook["sleep"].get("seconds", 0)), left))
+            return
+        command = (hook.get("exec") or {}).get("command")
+        if not command:
+            return
+        try:
+            subprocess.run(command, env=self._process_env(c), cwd=str(self.dir), timeout=left, check=True,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError) as e:
+            log.info("%s: preStop hook of %s failed: %s", self.name, c.spec["name"], e)
+
+    def _launch(self, c: Container) -> None:
+        runtime = self.kubelet.images.runtime_for(c.spec.get("image", ""))
+        env = self._process_env(c)
         try:
             mounted = volumes.mounts(c.spec, self.volume_dirs)
             argv = [volumes.rewrite(a, mounted) for a in command_line(c.spec, list(runtime.entrypoint), env)]

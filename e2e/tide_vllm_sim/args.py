@@ -27,6 +27,7 @@ class ServerArgs:
     max_num_seqs: int
     scenario: str | None  # YAML path (flag or TIDE_SIM_SCENARIO); None: the built-in default
     seed: int | None  # overrides the scenario's seed
+    shutdown_timeout: int = 0  # vLLM's --shutdown-timeout: on SIGTERM requests in flight get this long (0: aborted)
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -45,6 +46,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     parser.add_argument("--speculative-config", "-sc", default=None)
     parser.add_argument("--scheduler-cls", default=None)
     parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--shutdown-timeout", type=int, default=0)
     parser.add_argument("--sim-scenario", default=os.environ.get(SCENARIO_ENV) or None)
     parser.add_argument("--sim-seed", type=int, default=_env_int(SEED_ENV))
     args, _unknown = parser.parse_known_args(argv)
@@ -57,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     return ServerArgs(
         model=model, served_model_name=(args.served_model_name or [model])[0], host=args.host, port=args.port,
         speculative_config=spec, scheduler_cls=args.scheduler_cls, max_num_seqs=args.max_num_seqs,
-        scenario=args.sim_scenario, seed=args.sim_seed,
+        scenario=args.sim_scenario, seed=args.sim_seed, shutdown_timeout=args.shutdown_timeout,
     )
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -91,7 +93,32 @@ def complete(pod: control.PodControl, path: str, body: bytes, domain: str | None
                  "usage": {"prompt_tokens": n_prompt, "completion_tokens": tokens, "total_tokens": n_prompt + tokens}}
 
 
-def make_handler(pod: control.PodControl) -> type[BaseHTTPRequestHandler]:
+class InFlight:
+    """Completions being answered, so a shutdown can wait for them (vLLM's drain mode)."""
+
+    def __init__(self) -> None:
+        self.count, self._idle = 0, threading.Condition()
+
+    def __enter__(self) -> None:
+        with self._idle:
+            self.count += 1
+
+    def __exit__(self, *_: object) -> None:
+        with self._idle:
+            self.count -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        with self._idle:
+            while self.count and (left := deadline - time.monotonic()) > 0:
+                self._idle.wait(left)
+            return self.count == 0
+
+
+def make_handler(pod: control.PodControl, in_flight: InFlight | None = None) -> type[BaseHTTPRequestHandler]:
+    answering = in_flight or InFlight()
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -124,7 +151,8 @@ def make_handler(pod: control.PodControl) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             path, body = self.path.split("?", 1)[0], self._body()
             if path in ("/v1/completions", "/v1/chat/completions"):
-                self._send(*complete(pod, path, body, self.headers.get(DOMAIN_HEADER)))
+                with answering:
+                    self._send(*complete(pod, path, body, self.headers.get(DOMAIN_HEADER)))
             else:
                 self._send(404, {"error": f"no route POST {path}"})
 
@@ -198,8 +226,15 @@ def run_ticker(pod: control.PodControl, stop: threading.Event, watcher: Scenario
 def serve(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     pod = build_pod(args)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(pod))
+    in_flight = InFlight()
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(pod, in_flight))
     server.daemon_threads = True
+    draining = threading.Event()
+    if args.shutdown_timeout > 0:  # as vLLM: drain on SIGTERM; without the flag SIGTERM ends it at once
+        def drain(*_: object) -> None:
+            draining.set()
+            threading.Thread(target=server.shutdown, daemon=True).start()  # waits for serve_forever: not here
+        signal.signal(signal.SIGTERM, drain)
     if control_port() == args.port:
         raise SystemExit(f"{sc.CONTROL_PORT_ENV}={args.port} is the API port: the control routes need their own")
     controls = ThreadingHTTPServer((args.host, control_port()), make_control_handler(pod))
@@ -213,5 +248,9 @@ def serve(argv: list[str] | None = None) -> None:
     try:
         server.serve_forever()
     finally:
+        server.socket.close()  # no new connection from here: a late request is refused, not left queued
+        if draining.is_set() and not in_flight.wait_idle(args.shutdown_timeout):
+            print(f"tide_vllm_sim: {in_flight.count} request(s) aborted after {args.shutdown_timeout}s",
+                  file=sys.stderr, flush=True)
         stop.set()
         pod.capture.flush()

@@ -53,9 +53,21 @@ class ServingConfig(_ConfigModel):
     """After a rotation the previous control token is still accepted this long: kubelets deliver a
     changed Secret volume within their sync period plus cache TTL (about two minutes by default)."""
 
+    shutdown_timeout_seconds: int = Field(default=20, ge=0, le=3600)
+    """vLLM's --shutdown-timeout: on SIGTERM (a scale-down, a rollout, a serving group retiring) requests
+    in flight get this long to finish; vLLM's own default, 0, aborts them. 0 leaves the flag out."""
+    pre_stop_sleep_seconds: int = Field(default=5, ge=0, le=300)
+    """A preStop sleep before SIGTERM, so endpoints and gateways stop sending to a deleted pod before it
+    stops listening (the `sleep` binary of the image). 0: no hook."""
+
     def image_for(self, vendor: Vendor) -> str:
         """The image for a GPU class of ``vendor``."""
         return self.vendor_images.get(vendor, self.image)
+
+    @property
+    def termination_grace_seconds(self) -> int:
+        """The pod's grace period: the preStop sleep, the drain, and a margin to exit (Kubernetes' 30 at least)."""
+        return max(30, self.pre_stop_sleep_seconds + self.shutdown_timeout_seconds + 10)
 
 
 class TrainerConfig(_ConfigModel):

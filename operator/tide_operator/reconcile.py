@@ -41,8 +41,8 @@ from tide_operator.manifests.serving import (
     build_serving_configmap,
     launch_bands_of,
     launch_bands_with,
-    serving_deployments,
 )
+from tide_operator.manifests.serving_fleet import serving_deployments
 from tide_operator.passes.bootstrap_draft import bootstrap_pending, ensure_bootstrap
 from tide_operator.passes.control_step import run_control
 from tide_operator.passes.serving_groups import converge_serving, serving_names

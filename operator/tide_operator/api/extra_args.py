@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 
-# Long flags the operator owns: identity of the target and draft, bind address, plugin classes.
+# Long flags the operator owns: identity of the target and draft, bind address, plugin classes, and the
+# shutdown drain (it must fit the pod's grace period, which the operator sets from the same config).
 OWNED_LONG_FLAGS: tuple[str, ...] = (
     "--model",
     "--revision",
@@ -26,6 +27,7 @@ OWNED_LONG_FLAGS: tuple[str, ...] = (
     "--worker-extension-cls",
     "--scheduler-cls",
     "--load-format",
+    "--shutdown-timeout",
     "--config",
 )
 # Short aliases: refused with anything glued on, and their one-letter abbreviations.

@@ -16,8 +16,7 @@ from tide_contracts import serving_control as sc
 from tide_operator.api.spec import TideDeploymentSpec
 from tide_operator.config import OperatorConfig
 from tide_operator.control.actions import Bands
-from tide_operator.control.lending import SERVING_GATE
-from tide_operator.control.placement import GroupPlacement, Placement
+from tide_operator.control.placement import Placement
 from tide_operator.manifests import labels, names, pod
 from tide_operator.manifests.fingerprint import SPEC_HASH_ANNOTATION, stable_hash
 from tide_operator.manifests.merge import merge_override
@@ -137,6 +136,8 @@ def vllm_args(rendered: dict[str, Any], config: OperatorConfig) -> list[str]:
     args += ["--host", "$(POD_IP)", "--port", str(rendered["port"])]
     if config.serving.worker_extension_cls:
         args += ["--worker-extension-cls", config.serving.worker_extension_cls]
+    if config.serving.shutdown_timeout_seconds:
+        args += ["--shutdown-timeout", str(config.serving.shutdown_timeout_seconds)]
     if rendered["speculativeConfig"]:
         if config.serving.scheduler_cls:
             args += ["--scheduler-cls", config.serving.scheduler_cls]
@@ -191,7 +192,14 @@ def _container(
                           "timeoutSeconds": 10, "failureThreshold": 6},
         "resources": pod.gpu_resources(spec.inference, gpu_class, spec.inference.gpus_per_replica),
         "volumeMounts": _volume_mounts(config),
+        **_lifecycle(config),
     }
+
+
+def _lifecycle(config: OperatorConfig) -> dict[str, Any]:
+    """A preStop sleep: a deleted pod keeps serving until endpoints and gateways stop sending to it."""
+    sleep = config.serving.pre_stop_sleep_seconds
+    return {"lifecycle": {"preStop": {"exec": {"command": ["sleep", str(sleep)]}}}} if sleep else {}
 
 
 def _volume_mounts(config: OperatorConfig) -> list[dict[str, Any]]:
@@ -233,6 +241,7 @@ def _pod_template(
         },
         "spec": {
             "containers": [_container(td_name, spec, placement, config, rendered)],
+            "terminationGracePeriodSeconds": config.serving.termination_grace_seconds,
             "volumes": [pod.shm_volume(config.serving.shm_size), _control_token_volume(td_name)]
             + ([pod.scratch_volume()] if config.serving.read_only_root_filesystem else []),
             **pod.scheduling_fields(spec.inference, placement.inference),
@@ -282,87 +291,6 @@ def build_serving_deployment(
             "template": template,
         },
     }
-
-
-def build_lent_deployment(
-    td_name: str,
-    namespace: str,
-    spec: TideDeploymentSpec,
-    placement: Placement,
-    operator_config: OperatorConfig,
-    replicas: int,
-    *,
-    bootstrap_draft: str | None = None,
-    launch_bands: Bands | None = None,
-) -> dict[str, Any]:
-    """The vLLM replicas lent to serving on the training class (training.lendWhenIdle).
-
-    The serving pods' template placed like a trainer Job (the training class's affinity, the inference
-    and training tolerations: the training pool's taints admit them), with a readiness gate the
-    operator holds: a lent pod takes requests only once put in service, and leaves service before it
-    is deleted (control/lending.py). Its replicas are the operator's, never the scale subresource's.
-    """
-    training = placement.training
-    if training.gpu_class is None:
-        raise ValueError(f"no training GPU class chosen: {training.message}")
-    tolerations = tuple(dict.fromkeys((*spec.inference.tolerations, *spec.training.tolerations)))
-    lent_spec = spec.model_copy(update={"inference": spec.inference.model_copy(update={"tolerations": tolerations})})
-    deployment = build_serving_deployment(td_name, namespace, lent_spec, Placement(training, training),
-                                          operator_config, bootstrap_draft=bootstrap_draft,
-                                          launch_bands=launch_bands)
-    group = {labels.SERVING_GROUP_LABEL: labels.SERVING_GROUP_LENT}
-    deployment["metadata"]["name"] = names.lent_serving_name(td_name)
-    deployment["metadata"]["labels"].update(group)
-    deployment["spec"]["replicas"] = replicas
-    deployment["spec"]["selector"]["matchLabels"].update(group)
-    template = deployment["spec"]["template"]
-    template["metadata"]["labels"].update(group)
-    template["spec"]["readinessGates"] = [{"conditionType": SERVING_GATE}]
-    deployment["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = stable_hash(template)
-    return deployment
-
-
-def build_group_deployment(
-    td_name: str,
-    namespace: str,
-    spec: TideDeploymentSpec,
-    group: GroupPlacement,
-    operator_config: OperatorConfig,
-    *,
-    bootstrap_draft: str | None = None,
-    launch_bands: Bands | None = None,
-) -> dict[str, Any]:
-    """One serving group's vLLM Deployment (inference.servingGroups): the serving template on its class
-    alone, with its GPUs per replica, and its share of the replicas (the operator's split, so the scale
-    subresource's total is inference.replicas, not any one Deployment's)."""
-    choice = group.choice
-    if choice.gpu_class is None:
-        raise ValueError(f"no GPU class for a serving group: {choice.message}")
-    group_spec = spec.model_copy(update={"inference": spec.inference.model_copy(
-        update={"gpus_per_replica": group.gpus_per_replica})})
-    deployment = build_serving_deployment(td_name, namespace, group_spec, Placement(choice, choice), operator_config,
-                                          bootstrap_draft=bootstrap_draft, launch_bands=launch_bands)
-    label = {labels.SERVING_GROUP_LABEL: choice.gpu_class.name}
-    deployment["metadata"]["name"] = names.group_serving_name(td_name, choice.gpu_class.name)
-    deployment["metadata"]["labels"].update(label)
-    deployment["spec"]["replicas"] = group.replicas
-    deployment["spec"]["selector"]["matchLabels"].update(label)
-    template = deployment["spec"]["template"]
-    template["metadata"]["labels"].update(label)
-    deployment["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = stable_hash(template)
-    return deployment
-
-
-def serving_deployments(td_name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement,
-                        operator_config: OperatorConfig, *, bootstrap_draft: str | None = None,
-                        launch_bands: Bands | None = None) -> list[dict[str, Any]]:
-    """The serving Deployments: one per serving group, else the one on the inference class."""
-    if placement.groups:
-        return [build_group_deployment(td_name, namespace, spec, group, operator_config,
-                                       bootstrap_draft=bootstrap_draft, launch_bands=launch_bands)
-                for group in placement.groups]
-    return [build_serving_deployment(td_name, namespace, spec, placement, operator_config,
-                                     bootstrap_draft=bootstrap_draft, launch_bands=launch_bands)]
 
 
 def build_service(td_name: str, namespace: str, spec: TideDeploymentSpec) -> dict[str, Any]:

@@ -42,8 +42,8 @@ from tide_operator.manifests.serving import (
     build_serving_configmap,
     full_bands,
     launch_bands_of,
-    serving_deployments,
 )
+from tide_operator.manifests.serving_fleet import serving_deployments
 from tide_operator.manifests.trainer import bootstrap_location, build_trainer_job
 from tide_operator.passes import recall_effects
 from tide_operator.passes.capture_retention import claim_shards

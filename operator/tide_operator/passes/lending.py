@@ -37,7 +37,8 @@ from tide_operator.control.placement import Placement
 from tide_operator.control.policy import PolicyParams, PolicyState, lifecycle_params
 from tide_operator.manifests import labels, names
 from tide_operator.manifests.ownership import ChildConflict
-from tide_operator.manifests.serving import bootstrap_draft_of, build_lent_deployment, launch_bands_of
+from tide_operator.manifests.serving import bootstrap_draft_of, launch_bands_of
+from tide_operator.manifests.serving_fleet import build_lent_deployment
 from tide_operator.passes.control_loop import SensorReading
 from tide_operator.passes.serving_groups import launched_deployment
 from tide_operator.passes.serving_status import EventNote, StatusDraft

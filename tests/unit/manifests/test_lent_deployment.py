@@ -11,7 +11,8 @@ from tide_operator.config import OperatorConfig
 from tide_operator.control.lending import SERVING_GATE
 from tide_operator.control.placement import Placement, PoolChoice
 from tide_operator.manifests import labels
-from tide_operator.manifests.serving import build_lent_deployment, build_serving_deployment
+from tide_operator.manifests.serving import build_serving_deployment
+from tide_operator.manifests.serving_fleet import build_lent_deployment
 
 CONFIG = OperatorConfig()
 

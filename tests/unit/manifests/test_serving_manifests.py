@@ -324,3 +324,20 @@ def test_pods_rolled_with_launch_bands_carry_them_in_the_speculative_config_and_
                                                                            "--speculative-config"))
     assert off["spec"]["template"] != plain["spec"]["template"]  # a new template: the pods roll
     assert launch_bands_of({"metadata": {"annotations": {LAUNCH_BANDS_ANNOTATION: "[[1, 4"}}}) is None
+
+
+def test_a_deleted_pod_keeps_serving_briefly_then_drains_what_it_has() -> None:
+    """A scale-down, a rollout or a retiring serving group deletes pods: a preStop sleep lets endpoints
+    drop the pod first, vLLM's --shutdown-timeout lets requests in flight finish, and the grace period
+    holds both (vLLM's own default aborts them)."""
+    deployment = _deployment()
+    container = _container(deployment)
+    assert container["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "5"]}}}
+    assert _arg(container["args"], "--shutdown-timeout") == "20"
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 35
+    assert denied_flag("--shutdown-timeout=0") == "--shutdown-timeout"  # the grace period is the operator's
+    off = OperatorConfig(serving=ServingConfig(pre_stop_sleep_seconds=0, shutdown_timeout_seconds=0))
+    container = _container(_deployment(config=off))
+    assert "lifecycle" not in container
+    assert "--shutdown-timeout" not in container["args"]
+    assert _deployment(config=off)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 30
