@@ -112,6 +112,8 @@ UNSEEN_IN_A_SERVING_RUN: dict[Permission, str] = {
     ("gateway.networking.k8s.io", "httproutes", "delete"): "only removing inference.gateway deletes the route "
                                                             "(test_lending)",
     ("", "services", "delete"): "as the HTTPRoute's delete (test_lending; unit: test_routing_pass)",
+    ("apps", "deployments", "delete"): "only a serving Deployment that leaves (inference.servingGroups switched "
+                                       "on or off) is deleted (test_serving_groups; unit: test_serving_groups_pass)",
     ("", "pods/status", "patch"): "only lent replicas (training.lendWhenIdle) get their readiness gate set "
                                   "(unit: test_lending_pass)",
 }
