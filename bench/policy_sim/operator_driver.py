@@ -144,8 +144,8 @@ class SimEffects:
         return  # production: readers ignore other revisions, retention deletes them
 
     def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None,
-                 canary: CanarySpeculation | None = None) -> list[str]:
-        fixed = []
+                 canary: CanarySpeculation | None = None, acceptance: float | None = None) -> list[str]:
+        fixed = []  # one class, one table: the acceptance the table was made for changes nothing here
         for pod in self.dep.pods:
             on, table = (True, canary.bands) if canary is not None and pod.name in canary.pods else (
                 speculation, bands if speculation else None)

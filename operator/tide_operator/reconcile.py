@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tide_operator.adapters.cluster import Applied, Cluster
-from tide_operator.adapters.cost_profile_source import ProfilePoints, read_cost_profile
+from tide_operator.adapters.cost_profile_source import ProfilePoints, read_cost_profile, read_group_profiles
 from tide_operator.adapters.prometheus_adapter import PrometheusAdapters
 from tide_operator.adapters.prometheus_credentials import prometheus_refusal
 from tide_operator.api import SpecError, TideDeploymentSpec, TideDeploymentStatus, parse_spec
@@ -83,7 +83,7 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
         invalid(draft, refusal[0], *_summary(refusal[1]))
         return _result(draft)
     spec = with_storage_defaults(spec, config.storage)
-    profile_points, missing = _referenced(spec, namespace, cluster)
+    profiles, missing = _referenced(spec, namespace, cluster)
     if missing:
         invalid(draft, *missing)
         return _result(draft)
@@ -106,23 +106,24 @@ def reconcile(body: dict[str, Any], cluster: Cluster, config: OperatorConfig, ad
                                       selector=labels.serving_selector(name)))
     if adapters is not None and draft.status.phase is Phase.SERVING and not bootstrap_pending(draft.status):
         run_control(name, namespace, spec, placement, draft, cluster, config, adopt, adapters,
-                    profile_points=profile_points, manual=manual_request(meta.get("annotations")),
+                    profile_points=profiles[0], group_profiles=profiles[1],
+                    manual=manual_request(meta.get("annotations")),
                     control_tokens=control_tokens)
     return _result(draft, applied)
 
 
-def _referenced(spec: TideDeploymentSpec, namespace: str,
-                cluster: Cluster) -> tuple[ProfilePoints | None, tuple[str, str, str] | None]:
-    """The cost profile of spec.control.costProfile.configMapRef, or (reason, field, message) of a
-    referenced object that is missing or unreadable (nothing is written then)."""
+def _referenced(spec: TideDeploymentSpec, namespace: str, cluster: Cluster,
+                ) -> tuple[tuple[ProfilePoints | None, dict[str, ProfilePoints]], tuple[str, str, str] | None]:
+    """The cost profiles the spec references (control.costProfile's, each serving group's by class), or
+    (reason, field, message) of a referenced object that is missing or unreadable (nothing is written then)."""
     secret = spec.storage.s3.credentials_secret
     if secret and not cluster.secret_exists(namespace, secret):
-        return None, (Reason.MISSING_CREDENTIALS, "spec.storage.s3.credentialsSecret",
-                      f"Secret {namespace}/{secret} not found")
+        return (None, {}), (Reason.MISSING_CREDENTIALS, "spec.storage.s3.credentialsSecret",
+                            f"Secret {namespace}/{secret} not found")
     try:
-        return read_cost_profile(spec, namespace, cluster), None
+        return (read_cost_profile(spec, namespace, cluster), read_group_profiles(spec, namespace, cluster)), None
     except SpecError as e:
-        return None, (Reason.INVALID_SPEC, e.field, e.message)
+        return (None, {}), (Reason.INVALID_SPEC, e.field, e.message)
 
 
 def policy_refusal(spec: TideDeploymentSpec, namespace: str, name: str,

@@ -70,6 +70,7 @@ class ServingPod:
     ip: str
     ready: bool
     lent: bool = False  # a lent replica on the training class (training.lendWhenIdle): drained before a Job
+    gpu_class: str | None = None  # its tide.dev/gpu-class label: a serving group's own speculative tokens
 
 
 class NoAnswer(OSError):

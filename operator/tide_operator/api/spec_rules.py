@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection
 
 from tide_operator.api.extra_args import denied_flag
 from tide_operator.api.spec import TideDeploymentSpec
-from tide_operator.api.spec_control import ServerSideEncryption
+from tide_operator.api.spec_control import CostProfileSpec, ServerSideEncryption
 from tide_operator.api.spec_workload import SUPPORTED_DRAFT_METHODS
 from tide_operator.api.units import duration_seconds
 
@@ -52,14 +52,19 @@ def _extra_args(spec: TideDeploymentSpec) -> list[Problem]:
 
 
 def _cost_profile(spec: TideDeploymentSpec) -> list[Problem]:
-    profile = spec.control.cost_profile
-    if profile is None:
-        return []
+    profiles = [("spec.control.costProfile", spec.control.cost_profile)]
+    profiles += [(f"spec.inference.servingGroups[{i}].costProfile", g.cost_profile)
+                 for i, g in enumerate(spec.inference.serving_groups)]
+    return [problem for path, profile in profiles if profile is not None
+            for problem in _one_cost_profile(path, profile)]
+
+
+def _one_cost_profile(path: str, profile: CostProfileSpec) -> list[Problem]:
     if (profile.config_map_ref is None) == (profile.points is None):
-        return [("spec.control.costProfile", "set exactly one of configMapRef and points")]
+        return [(path, "set exactly one of configMapRef and points")]
     sizes = [point.batch_size for point in profile.points or ()]
     if len(set(sizes)) != len(sizes):
-        return [("spec.control.costProfile.points", "batchSize values must be unique")]
+        return [(f"{path}.points", "batchSize values must be unique")]
     return []
 
 

@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field, StringConstraints
 
 from tide_operator.api.base import ApiModel, DnsLabel, DnsSubdomain, GpuClassName, ModelLocation, cel_validations
 from tide_operator.api.extra_args import cel_rule as extra_args_cel_rule
+from tide_operator.api.spec_control import CostProfileSpec
 
 # Strings are never empty: the v1.20 API server validates "" in a custom resource as null.
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9./_-]+$")]
@@ -156,6 +157,9 @@ class ServingGroup(ApiModel):
     """Replicas this class runs at most; default: no bound of its own."""
     gpus_per_replica: int | None = Field(default=None, ge=1, le=16)
     """GPUs per replica of this class; default: inference.gpusPerReplica."""
+    cost_profile: CostProfileSpec | None = None
+    """This class's c(b) and beta(b) (its own draft and verify costs): its pods get their own speculative
+    tokens per batch size from it; default: control.costProfile. Like it, a ConfigMap reference or points."""
 
 
 class InferenceSpec(PodScheduling):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Bands = tuple[tuple[int, int, int], ...]  # speculative tokens per batch-size band: (first, last, K), inclusive
 
@@ -16,6 +16,9 @@ class SetSpeculation:
     tokens_per_batch_size: Bands | None
     reason: str
     message: str
+    # The acceptance the table was made for: a serving group with its own cost profile gets its own table
+    # at it (serving_groups.ClassTables). Not part of what the action is: equal tables are equal actions.
+    acceptance: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

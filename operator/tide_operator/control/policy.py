@@ -297,7 +297,8 @@ def _speculation_action(
         return None, state
     state = replace(state, table=table)
     reason = decision.reason if switched else "SpeculativeTokensRetuned"
-    return act.SetSpeculation(True, params.num_speculative_tokens, table, reason, decision.message), state
+    return act.SetSpeculation(True, params.num_speculative_tokens, table, reason, decision.message,
+                              acceptance=state.table_acceptance), state
 
 
 def _restart_drift(estimate: float | None, now: float, params: PolicyParams) -> DriftState:

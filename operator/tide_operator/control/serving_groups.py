@@ -19,8 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from tide_operator.catalog import GpuCatalog, GpuClass
+from tide_operator.control.actions import Bands
+from tide_operator.control.cost_model import CostProfile, tokens_per_batch_size_table
 
 
 @dataclass(frozen=True)
@@ -129,3 +132,44 @@ def retiring_replicas(total: int, ready_staying: int, retiring_now: int) -> int:
     if total == 0 or ready_staying >= total:
         return 0
     return min(retiring_now, max(1, total - ready_staying - 1))
+
+
+class ClassedPod(Protocol):
+    @property
+    def gpu_class(self) -> str | None: ...
+
+
+PodT = TypeVar("PodT", bound=ClassedPod)
+
+
+@dataclass(frozen=True)
+class ClassTables:
+    """Each serving group's own speculative tokens per batch size (servingGroups[].costProfile).
+
+    The switch stays fleet-wide (it judges the draft); what a class's pods draft at each batch size
+    follows its own draft and verify costs: the policy's table recomputed with the class's profile at the
+    acceptance the table was made for. A class without a profile of its own runs the fleet's table, and
+    without adaptive tokens (no table) every pod runs the launch table.
+    """
+
+    profiles: Mapping[str, CostProfile]
+    num_speculative_tokens: int
+    min_speedup: float  # the switch's off threshold: a band drafts only where it pays that much
+
+    def for_class(self, gpu_class: str | None, fleet: Bands | None, acceptance: float | None) -> Bands | None:
+        profile = self.profiles.get(gpu_class or "")
+        if profile is None or fleet is None or not fleet or acceptance is None:
+            return fleet
+        rows = tokens_per_batch_size_table(acceptance, self.num_speculative_tokens, fleet[-1][1], profile,
+                                           self.min_speedup)
+        return tuple((start, end, k) for start, end, k in rows)
+
+    def by_table(self, pods: Sequence[PodT], fleet: Bands | None,
+                 acceptance: float | None) -> list[tuple[Bands | None, list[PodT] | None]]:
+        """(table, pods) for each table the pods run; one entry, every pod (None), without own profiles."""
+        if not self.profiles:
+            return [(fleet, None)]
+        groups: dict[Bands | None, list[PodT]] = {}
+        for pod in pods:
+            groups.setdefault(self.for_class(pod.gpu_class, fleet, acceptance), []).append(pod)
+        return list(groups.items())

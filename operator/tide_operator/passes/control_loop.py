@@ -73,7 +73,7 @@ class Effects(Protocol):
     def invalidate(self, action: act.InvalidateArtifacts) -> None: ...
     def flip_pointer(self, action: act.FlipPointer) -> tuple[str | None, str]: ...  # the version before, after
     def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None,
-                 canary: CanarySpeculation | None = None) -> list[str]: ...
+                 canary: CanarySpeculation | None = None, acceptance: float | None = None) -> list[str]: ...
     def converge_drafts(self, canary: CanaryPods | None) -> list[str]: ...  # the pods swapped, described
 
 
@@ -231,7 +231,7 @@ def _converge(draft: StatusDraft, effects: Effects, actions: list[act.Action], s
         return
     try:
         fixed = effects.converge(state.speculating, state.lifecycle.capture_enabled, state.table,
-                                 _speculating_canary(state))
+                                 _speculating_canary(state), acceptance=state.table_acceptance)
     except EffectError as e:
         draft.condition(ConditionType.DEGRADED, True, e.reason, f"converging pods: {e}", warn=True)
         return

@@ -10,6 +10,7 @@ The capture buffer is pruned on its own timer (capture_retention.py), not here.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +27,7 @@ from tide_operator.adapters.s3_clients import CLIENTS as S3_CLIENTS
 from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.units import duration_seconds
 from tide_operator.config import OperatorConfig
+from tide_operator.control.cost_model import CostProfile
 from tide_operator.control.manual import ManualRequest
 from tide_operator.control.placement import Placement
 from tide_operator.control.policy import PolicyState
@@ -58,8 +60,9 @@ def due(namespace: str, name: str, spec: TideDeploymentSpec, now_s: float) -> bo
 def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: Placement, draft: StatusDraft,
                 cluster: Cluster, config: OperatorConfig, adopt: Any, adapters: PrometheusAdapters,
                 profile_points: ProfilePoints | None = None, manual: ManualRequest | None = None, *,
-                control_tokens: tuple[str, ...]) -> None:
-    """``profile_points``: the cost profile read from spec.control.costProfile.configMapRef, if any.
+                control_tokens: tuple[str, ...], group_profiles: Mapping[str, ProfilePoints] | None = None) -> None:
+    """``profile_points``: the cost profile read from spec.control.costProfile.configMapRef, if any;
+    ``group_profiles``: each serving group's own profile by class (inference.servingGroups[].costProfile).
 
     ``manual``: a user's requests (control/manual.py); a pass runs at once for them, due or not.
     ``control_tokens``: the pods' control tokens, current first, from the Secret the reconcile pass applied.
@@ -76,7 +79,9 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     reading = _sensor_reading(name, namespace, spec, state, registry, cluster, config, adapters)
     reading, max_batch_size = _with_fleet(reading, fleet, state)
     owner_uid = next(iter(owner_uids(adopt({"metadata": {}}))), "")  # the UID adopt writes into our children
-    effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt)
+    effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt,
+                             class_profiles={c: CostProfile.from_spec_points(points)
+                                             for c, points in (group_profiles or {}).items()})
     params = policy_params(spec, profile_points, max_batch_size=max_batch_size,
                            # a change shows in full once its window has passed and the readings settled
                            observation_window_s=config.prometheus_window_seconds + config.prometheus_settle_seconds,
@@ -142,7 +147,8 @@ def make_registry(name: str, namespace: str, spec: TideDeploymentSpec, cluster: 
 def make_fleet(name: str, namespace: str, config: OperatorConfig, cluster: Cluster,
                tokens: tuple[str, ...]) -> Fleet:
     """The pods' control routes on their own port, with the current token (and the previous one, if kept)."""
-    pods = [ServingPod(p["metadata"]["name"], (p.get("status") or {}).get("podIP", ""), _ready(p), _lent(p))
+    pods = [ServingPod(p["metadata"]["name"], (p.get("status") or {}).get("podIP", ""), _ready(p), _lent(p),
+                       (p["metadata"].get("labels") or {}).get(labels.GPU_CLASS_LABEL))
             for p in cluster.pods(namespace, labels.serving_selector(name))
             if not p["metadata"].get("deletionTimestamp")]
     current, previous = (*tokens, "", "")[:2]

@@ -13,7 +13,7 @@ import contextlib
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,7 +33,10 @@ from tide_operator.api import TideDeploymentSpec
 from tide_operator.api.conditions import Reason
 from tide_operator.config import OperatorConfig
 from tide_operator.control import actions as act
+from tide_operator.control.cost_model import CostProfile
 from tide_operator.control.placement import Placement
+from tide_operator.control.serving_groups import ClassTables
+from tide_operator.control.speculation import DecisionParams
 from tide_operator.manifests import names
 from tide_operator.manifests.ownership import ChildConflict, owner_uids
 from tide_operator.manifests.pod import s3_uri
@@ -82,15 +85,25 @@ class ClusterEffects:
     fleet: Fleet
     registry: DraftRegistry
     adopt: Any
+    class_profiles: Mapping[str, CostProfile] = field(default_factory=dict)  # serving groups' own (by class)
 
     def set_speculation(self, action: act.SetSpeculation) -> str | None:
         """Live through the plugin; pods that can switch only by a restart are rolled (returns why)."""
-        # The policy's table (adaptiveSpeculativeTokens) replaces the engine's per-batch-size table live.
+        # The policy's table (adaptiveSpeculativeTokens) replaces the engine's per-batch-size table live;
+        # a serving group with its own cost profile gets its own table (serving_groups.ClassTables).
         try:
-            self.fleet.set_speculation(action.enabled, self._on_bands(action.tokens_per_batch_size))
+            for bands, pods in self._by_table(action.tokens_per_batch_size, action.acceptance):
+                self.fleet.set_speculation(action.enabled, self._on_bands(bands), pods)
         except RestartRequired as refused:
             return self._roll_speculation(action, refused)
         return None
+
+    def _by_table(self, fleet_bands: act.Bands | None,
+                  acceptance: float | None) -> list[tuple[act.Bands | None, list[ServingPod] | None]]:
+        decision = self.spec.control.decision
+        off = DecisionParams(decision.speedup_margin_percent, decision.hysteresis_percent).off_threshold
+        tables = ClassTables(self.class_profiles, self.spec.draft.num_speculative_tokens, off)
+        return tables.by_table(self.fleet.pods, fleet_bands, acceptance)
 
     def _roll_speculation(self, action: act.SetSpeculation, refused: RestartRequired) -> str | None:
         bands = self._on_bands(action.tokens_per_batch_size) if action.enabled else OFF_BANDS
@@ -117,12 +130,15 @@ class ClusterEffects:
         self.fleet.set_capture(action.enabled, desired.sampling_rate, desired.destination)
 
     def converge(self, speculation: bool, capture: bool, bands: act.Bands | None = None,
-                 canary: CanarySpeculation | None = None) -> list[str]:
+                 canary: CanarySpeculation | None = None, acceptance: float | None = None) -> list[str]:
         """Repeat the switches a pod missed (it started after them, or a fleet-wide switch reached a canary pod
-        that speculates on its own); returns what was corrected."""
+        that speculates on its own); returns what was corrected. ``acceptance``: what ``bands`` were made for."""
         desired = replace(self._desired(speculation, capture), bands=self._on_bands(bands) if speculation else None)
         statuses = self.fleet.statuses(ready_only=True)
         own = self._canary_speculation(statuses, desired, canary) if not speculation else {}
+        if speculation:  # a serving group with its own cost profile converges on its own table
+            own |= {p.name: replace(desired, bands=self._on_bands(b)) for b, pods in self._by_table(bands, acceptance)
+                    if b != bands for p in pods or ()}
         by_name = {p.name: p for p in self.fleet.pods}
         fixes = []
         for name, status in sorted(statuses.items()):
@@ -407,3 +423,4 @@ class ClusterEffects:
         if pointer is None or pointer.target_revision != self.spec.target.revision:
             return None
         return pointer
+

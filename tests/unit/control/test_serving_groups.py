@@ -108,3 +108,27 @@ def test_group_placement_requires_each_class_alone_and_trains_on_what_is_left() 
                               PoolRequest(None, 1, 1), {})
     assert [g.replicas for g in full.groups] == [3, 1]
     assert not full.inference.has_capacity  # the third H100 replica waits for a node
+
+
+def test_class_tables_follow_each_classs_profile_at_the_fleet_tables_acceptance() -> None:
+    from dataclasses import dataclass
+
+    from tide_operator.control.cost_model import CostProfile, tokens_per_batch_size_table
+    from tide_operator.control.serving_groups import ClassTables
+
+    @dataclass
+    class Pod:
+        name: str
+        gpu_class: str | None
+
+    dear = CostProfile.from_spec_points([(1, 400, 110), (64, 300, 180)])
+    tables = ClassTables({"MI250": dear}, 3, 1.02)
+    fleet = ((1, 8, 3), (9, 64, 2))
+    own = tuple(tuple(r) for r in tokens_per_batch_size_table(0.6, 3, 64, dear, 1.02))
+    assert tables.for_class("MI250", fleet, 0.6) == own
+    assert tables.for_class("H100", fleet, 0.6) == fleet  # no profile of its own: the fleet's
+    assert tables.for_class("MI250", None, 0.6) is None  # the launch table (no adaptive tokens)
+    assert tables.for_class("MI250", fleet, None) == fleet  # a probe's table: made for no acceptance
+    pods = [Pod("a", "H100"), Pod("b", "MI250"), Pod("c", None)]
+    assert tables.by_table(pods, fleet, 0.6) == [(fleet, [pods[0], pods[2]]), (own, [pods[1]])]
+    assert ClassTables({}, 3, 1.02).by_table(pods, fleet, 0.6) == [(fleet, None)]

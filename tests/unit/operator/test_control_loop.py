@@ -35,7 +35,8 @@ class RecordingEffects:
         self.stale: list[str] = []  # pods serving another draft: converge_drafts swaps them
         self.draft_calls: list[object] = []
 
-    def converge(self, speculation: bool, capture: bool, bands: object = None, canary: object = None) -> list[str]:
+    def converge(self, speculation: bool, capture: bool, bands: object = None, canary: object = None,
+                 acceptance: object = None) -> list[str]:
         self.converged.append((speculation, capture))
         self.bands, self.canary = bands, canary
         fixed, self.lagging = self.lagging, []

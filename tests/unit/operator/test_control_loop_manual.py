@@ -43,7 +43,7 @@ class Effects:
     set_speculation = set_capture = launch_training = cancel_training = _do
     start_canary = promote = roll_back = serve_draft = invalidate = _do
 
-    def converge(self, *_: object) -> list[str]:
+    def converge(self, *_: object, **__: object) -> list[str]:
         return []
 
     def converge_drafts(self, _: object) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tide_operator.adapters.cost_profile_source import FIELD, parse_profile, read_cost_profile
+from tide_operator.adapters.cost_profile_source import FIELD, parse_profile, read_cost_profile, read_group_profiles
 from tide_operator.api import SpecError, parse_spec
 from tide_operator.config import OperatorConfig
 from tide_operator.control.cost_model import CostProfile
@@ -85,3 +85,17 @@ def test_reconcile_of_a_missing_profile_configmap_is_invalid_and_writes_nothing(
 def test_verify_cost_below_one_step_is_refused_like_the_inline_points() -> None:
     with pytest.raises(ValueError, match="verifyCostPercent"):
         parse_profile(json.dumps({"points": [{"batchSize": 1, "draftCostPermille": 0, "verifyCostPercent": 1}]}))
+
+
+def test_each_serving_group_reads_its_own_profile_by_class() -> None:
+    raw = {"target": {"model": "m", "revision": "r1"}, "storage": {"s3": {"bucket": "tide"}},
+           "inference": {"servingGroups": [
+               {"gpuClass": "H100"},
+               {"gpuClass": "MI250", "costProfile": {"configMapRef": {"name": "h100-profile", "key": "mi250"}}},
+               {"gpuClass": "H200", "costProfile": {"points": PROFILE["points"]}}]}}
+    spec = parse_spec(raw, OperatorConfig().catalog.names())
+    profiles = read_group_profiles(spec, "team", ConfigMaps({"mi250": json.dumps(PROFILE)}))
+    assert profiles == {"MI250": ((1, 200, 103), (64, 90, 150)), "H200": ((1, 200, 103), (64, 90, 150))}
+    with pytest.raises(SpecError) as missing:
+        read_group_profiles(spec, "team", ConfigMaps({"other": "{}"}))
+    assert missing.value.field == "spec.inference.servingGroups[1].costProfile.configMapRef"

@@ -125,7 +125,8 @@ class RecordingEffects:
     set_speculation = set_capture = launch_training = cancel_training = _do
     start_canary = promote = roll_back = serve_draft = invalidate = _do
 
-    def converge(self, speculation: bool, capture: bool, bands: object = None, canary: object = None) -> list[str]:
+    def converge(self, speculation: bool, capture: bool, bands: object = None, canary: object = None,
+                 acceptance: object = None) -> list[str]:
         return []
 
     def converge_drafts(self, canary: object) -> list[str]:

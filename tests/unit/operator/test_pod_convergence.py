@@ -174,3 +174,38 @@ def test_pods_that_switch_live_are_never_rolled_and_mixed_failures_stay_errors()
         effects.set_speculation(act.SetSpeculation(False, 0, None, "r", "m"))
     assert not isinstance(err.value, RestartRequired)
     assert cluster.applied == []
+
+
+def test_a_serving_group_with_its_own_cost_profile_gets_its_own_table_and_converges_on_it() -> None:
+    """The switch is the fleet's; the MI250 group's dearer draft makes it draft fewer tokens, and a pod of it
+    that reports the fleet's table is told its own."""
+    from tide_operator.control.cost_model import DEFAULT_PROFILE, CostProfile, tokens_per_batch_size_table
+
+    h100 = FakePod(status(speculation=True, capture=False, destination=None))
+    mi250 = FakePod(status(speculation=True, capture=False, destination=None))
+    clients = {"http://10.0.0.1:8000": h100, "http://10.0.0.2:8000": mi250}
+    fleet = Fleet([ServingPod("chat-h", "10.0.0.1", True, gpu_class="H100"),
+                   ServingPod("chat-m", "10.0.0.2", True, gpu_class="MI250")], 8000, "t",
+                  client_factory=lambda url, token, timeout_s: clients[url])
+    spec = parse_spec({"target": {"model": "m", "revision": "r1"}, "storage": {"s3": {"bucket": "tide"}}})
+    dear = CostProfile.from_spec_points([(1, 400, 110), (64, 300, 180)])
+    effects = ClusterEffects("chat", "team", spec, None, None, None, fleet, None, None,  # type: ignore[arg-type]
+                             class_profiles={"MI250": dear})
+    a = 0.7
+    fleet_table = tuple(tuple(r) for r in tokens_per_batch_size_table(a, 3, 64, DEFAULT_PROFILE, 1.02))
+    own = tuple(tuple(r) for r in tokens_per_batch_size_table(a, 3, 64, dear, 1.02))
+    assert own != fleet_table  # the profile matters at this acceptance
+
+    effects.set_speculation(act.SetSpeculation(True, 3, fleet_table, "r", "m", acceptance=a))
+    assert h100.calls == [("speculation", True, [tuple(b) for b in fleet_table])]
+    assert mi250.calls == [("speculation", True, [tuple(b) for b in own])]
+
+    h100.calls, mi250.calls = [], []
+    h100.reported = status(speculation=True, capture=False, destination=None, bands=[list(b) for b in fleet_table])
+    mi250.reported = status(speculation=True, capture=False, destination=None, bands=[list(b) for b in fleet_table])
+    fixed = effects.converge(speculation=True, capture=False, bands=fleet_table, acceptance=a)
+    assert fixed == ["chat-m: speculation on"]
+    assert (h100.calls, mi250.calls) == ([], [("speculation", True, [tuple(b) for b in own])])
+    # Without the acceptance the table was made for (a probe's table) every pod runs the fleet's.
+    mi250.calls = []
+    assert effects.converge(speculation=True, capture=False, bands=fleet_table) == []

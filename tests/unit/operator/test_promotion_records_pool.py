@@ -137,7 +137,7 @@ class PromotingEffects:
         self.done.append(action)
         return EventNote("Warning", DRAFT_POOL_NOT_UPDATED, "v2 is promoted, but pool.json does not list it: 503")
 
-    def converge(self, *args: object) -> list[str]:
+    def converge(self, *args: object, **kwargs: object) -> list[str]:
         return []
 
     def converge_drafts(self, canary: object) -> list[str]:

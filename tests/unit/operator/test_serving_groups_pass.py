@@ -190,6 +190,11 @@ def test_bad_groups_are_refused_naming_the_field() -> None:
         ([{"gpuClass": "MI250"}], {"gpuClasses": ["H100"]}, "spec.inference.servingGroups[0].gpuClass"),
         ([{"gpuClass": "H100", "minReplicas": 3, "maxReplicas": 1}], {}, "spec.inference.servingGroups[0].maxReplicas"),
         (GROUPS, {"image": "ghcr.io/tide-operator/vllm-tide:1"}, "spec.inference.image: one image cannot serve"),
+        ([{"gpuClass": "H100", "costProfile": {"configMapRef": {"name": "mi250-costs", "key": "profile"}}}], {},
+         "spec.inference.servingGroups[0].costProfile.configMapRef: ConfigMap team/mi250-costs not found"),
+        ([{"gpuClass": "H100", "costProfile": {"points": [{"batchSize": 1, "draftCostPermille": 100,
+                                                            "verifyCostPercent": 100}] * 2}}], {},
+         "spec.inference.servingGroups[0].costProfile.points: batchSize values must be unique"),
     ]
     for groups, extra, field in cases:  # the image is an allowed one: the refusal is the vendors'
         cluster = GroupCluster()
