@@ -38,6 +38,11 @@ def _pools(status: dict[str, Any]) -> list[str]:
                      f"{_count(inference.get('nodes', 0), 'node')} fit")
     else:
         lines.append("Inference pool:  not chosen yet")
+    groups = status.get("servingGroups") or []
+    if groups:  # inference.servingGroups: a Deployment per class, the total split across them
+        lines.append("Serving groups:  " + ", ".join(
+            f"{g.get('gpuClass')} {g.get('replicasReady', 0)}/{g.get('replicas', 0)}"
+            + (" (retiring)" if g.get("retiring") else "") for g in groups))
     lines.append(f"Training pool:   {training.get('gpuClass') or 'not chosen yet'}"
                  + (f", {_count(training.get('nodes', 0), 'node')} fit" if training else ""))
     return lines

@@ -55,6 +55,17 @@ def test_status_names_the_canary_pods_only_during_a_canary() -> None:
     assert "Canary:" not in render_status(tide_deployment(), now=NOW)
 
 
+def test_status_lists_serving_groups_and_what_retires() -> None:
+    grouped = tide_deployment()
+    grouped["status"]["servingGroups"] = [
+        {"gpuClass": "H100", "deployment": "chat-vllm-h100", "replicas": 2, "replicasReady": 2},
+        {"gpuClass": "MI250", "deployment": "chat-vllm-mi250", "replicas": 3, "replicasReady": 1},
+        {"gpuClass": "A100", "deployment": "chat-vllm-a100", "replicas": 1, "replicasReady": 1, "retiring": True}]
+    assert ("Serving groups:  H100 2/2, MI250 1/3, A100 1/1 (retiring)"
+            in render_status(grouped, now=NOW).splitlines())
+    assert "Serving groups:" not in render_status(tide_deployment(), now=NOW)
+
+
 def test_status_of_a_fresh_object_says_what_is_missing() -> None:
     fresh = {"metadata": {"name": "chat", "namespace": "llm", "generation": 2}, "status": {}}
     text = render_status(fresh, now=NOW)

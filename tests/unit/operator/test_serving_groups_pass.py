@@ -203,3 +203,21 @@ def test_bad_groups_are_refused_naming_the_field() -> None:
         ready = next(c for c in result.status["conditions"] if c["type"] == "Ready")
         assert ready["message"].startswith(field), (groups, ready["message"])
         assert cluster.applied == []
+
+
+def test_the_fleet_example_parses_and_places_a_deployment_per_class() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from tide_operator.api import parse_spec
+    from tide_operator.control.serving_groups import group_requests
+
+    document = yaml.safe_load((Path(__file__).resolve().parents[3] / "examples" / "tidedeployment-fleet.yaml")
+                              .read_text())
+    spec = parse_spec(document["spec"], CONFIG.catalog.names())
+    groups = group_requests([(g.gpu_class, g.min_replicas, g.max_replicas, g.gpus_per_replica)
+                             for g in spec.inference.serving_groups], CONFIG.catalog, spec.inference.gpus_per_replica)
+    assert [(g.gpu_class.name, g.min_replicas, g.max_replicas) for g in groups] == [("H100", 2, None),
+                                                                                  ("MI250", 0, 4)]
+    assert spec.inference.serving_groups[1].cost_profile.config_map_ref.name == "chat-mi250-costs"
