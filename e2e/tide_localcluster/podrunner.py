@@ -321,7 +321,7 @@ class PodRunner(threading.Thread):
 
     def _kill(self, c: Container, grace_s: float) -> None:
         if c.record is not None:
-            stop(c.record, grace_seconds=grace_s)
+            stop(c.record, grace_seconds=grace_s, leader_only=True)
             if c.process is not None:
                 c.process.poll()
             self._release(c)

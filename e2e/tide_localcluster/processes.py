@@ -50,15 +50,25 @@ def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None 
     return ProcessRecord(name=name, pid=proc.pid, start_ticks=ticks, log=str(log_path))
 
 
-def stop(record: ProcessRecord, grace_seconds: float = 10.0) -> None:
-    """SIGTERM the whole process group, SIGKILL what is left after the grace period."""
+def stop(record: ProcessRecord, grace_seconds: float = 10.0, leader_only: bool = False) -> None:
+    """SIGTERM the whole process group, SIGKILL what is left after the grace period.
+
+    ``leader_only``: as a container runtime stops a container, SIGTERM goes to its main process alone
+    (it shuts its own children down: vLLM drains, then stops its engine), and whatever is left of the
+    group is killed once that process exits or the grace period ends."""
     if not is_alive(record):
         return
-    _signal_group(record.pid, signal.SIGTERM)
+    if leader_only:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(record.pid, signal.SIGTERM)
+    else:
+        _signal_group(record.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_seconds
     while time.monotonic() < deadline:
         _reap(record.pid)
         if not is_alive(record):
+            if leader_only:
+                _signal_group(record.pid, signal.SIGKILL)
             return
         time.sleep(0.1)
     _signal_group(record.pid, signal.SIGKILL)
