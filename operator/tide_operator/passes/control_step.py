@@ -77,7 +77,8 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
                              multipart_copy_threshold=config.promotion.multipart_copy_threshold_bytes)
     fleet = make_fleet(name, namespace, config, cluster, control_tokens)
     reading = _sensor_reading(name, namespace, spec, state, registry, cluster, config, adapters)
-    reading, max_batch_size = _with_fleet(reading, fleet, state)
+    canary_class = placement.inference.gpu_class.name if placement.groups and placement.inference.gpu_class else None
+    reading, max_batch_size = _with_fleet(reading, fleet, state, canary_class)
     owner_uid = next(iter(owner_uids(adopt({"metadata": {}}))), "")  # the UID adopt writes into our children
     effects = ClusterEffects(name, namespace, spec, placement, config, cluster, fleet, registry, adopt,
                              class_profiles={c: CostProfile.from_spec_points(points)
@@ -96,15 +97,18 @@ def run_control(name: str, namespace: str, spec: TideDeploymentSpec, placement: 
     control_pass(draft, params, reading, effects, now_s, manual)
 
 
-def _with_fleet(reading: SensorReading, fleet: Fleet, state: PolicyState) -> tuple[SensorReading, int]:
+def _with_fleet(reading: SensorReading, fleet: Fleet, state: PolicyState,
+                canary_class: str | None = None) -> tuple[SensorReading, int]:
     """The ready pods that answer and may carry a canary, and the smallest max_num_seqs they all report.
 
     Lent pods never carry one: a Job coming due drains them, and a canary whose pods leave mid-analysis
-    measures nothing (they still serve the served draft, and its metrics count theirs)."""
+    measures nothing (they still serve the served draft, and its metrics count theirs). With serving
+    groups, only the fastest group's pods (``canary_class``) do: a canary on a slower class would read as
+    a throughput loss against the others and roll back a good draft."""
     if reading.observation is None:  # the pass holds its decisions: no pod need be asked
         return reading, fleet_max_batch_size((), state.table)
     statuses = fleet.statuses(ready_only=True)
-    lent = {p.name for p in fleet.pods if p.lent}
+    lent = {p.name for p in fleet.pods if p.lent or (canary_class is not None and p.gpu_class != canary_class)}
     answering = tuple(sorted(pod for pod, status in statuses.items() if status is not None and pod not in lent))
     cap = fleet_max_batch_size((s.max_num_seqs for s in statuses.values() if s is not None), state.table)
     return replace(reading, observation=replace(reading.observation, ready_pods=answering)), cap

@@ -208,6 +208,21 @@ def test_a_lent_pod_serves_and_converges_but_never_carries_a_canary() -> None:
     assert fx.converge_drafts(None) == ["chat-lent-b: draft v2 -> v3"]
 
 
+def test_with_serving_groups_only_the_fastest_groups_pods_carry_a_canary() -> None:
+    """A canary on an MI250 pod would read as a throughput loss against the H100s and roll back a good draft."""
+    from dataclasses import replace
+
+    pods = {"chat-vllm-h100-a": CountingPod("v3", 64), "chat-vllm-mi250-b": CountingPod("v3", 32)}
+    fx = effects(pods, FakeRegistry(pointer()))  # type: ignore[arg-type]
+    fx.fleet.pods = [replace(p, gpu_class="H100" if "h100" in p.name else "MI250") for p in fx.fleet.pods]
+    reading, cap = _with_fleet(SensorReading(Observation()), fx.fleet, PolicyState(), canary_class="H100")
+    assert reading.observation is not None
+    assert (reading.observation.ready_pods, cap) == (("chat-vllm-h100-a",), 32)
+    everyone, _ = _with_fleet(SensorReading(Observation()), fx.fleet, PolicyState())
+    assert everyone.observation is not None
+    assert everyone.observation.ready_pods == ("chat-vllm-h100-a", "chat-vllm-mi250-b")
+
+
 def test_the_fleet_knows_lent_pods_by_their_serving_group_label() -> None:
     def pod(name: str, **extra: str) -> dict[str, Any]:
         return {"metadata": {"name": name, "labels": {"app.kubernetes.io/name": "vllm", **extra}},
