@@ -66,6 +66,11 @@ class OperatorMetrics:
                               ["kind"], registry=r)
         self.training_jobs = Counter("tide_operator_training_jobs_total", "Finished trainer Jobs by outcome",
                                      [*_DEPLOYMENT, "outcome"], registry=r)
+        self.serving_group_replicas = Gauge(
+            "tide_operator_serving_group_replicas",
+            "Replicas of one serving group (inference.servingGroups): its share of the total, and how many are ready",
+            [*_DEPLOYMENT, "gpu_class", "state"], registry=r)
+        self._groups: dict[tuple[str, str], set[str]] = {}  # the classes each deployment's series have
         self.leader = Gauge("tide_operator_leader",
                             "1 while this process holds the leader Lease and acts, 0 while it waits as a follower",
                             registry=r)
@@ -112,6 +117,22 @@ class OperatorMetrics:
             percent = speculation.get("modelledSpeedupPercent")
             self.set_speculation(namespace, name, bool(speculation.get("enabled")),
                                  None if percent is None else percent / 100)
+        self.set_serving_groups(namespace, name, status.get("servingGroups") or ())
+
+    def set_serving_groups(self, namespace: str, name: str, groups: Any) -> None:
+        """Desired and ready replicas per class; a class that left the groups (or retired) loses its series."""
+        now = {str(g.get("gpuClass")): g for g in groups if isinstance(g, Mapping) and g.get("gpuClass")}
+        for gone in self._groups.get((namespace, name), set()) - set(now):
+            self._drop_group(namespace, name, gone)
+        for gpu_class, group in now.items():
+            self.serving_group_replicas.labels(namespace, name, gpu_class, "desired").set(group.get("replicas", 0))
+            self.serving_group_replicas.labels(namespace, name, gpu_class, "ready").set(group.get("replicasReady", 0))
+        self._groups[(namespace, name)] = set(now)
+
+    def _drop_group(self, namespace: str, name: str, gpu_class: str) -> None:
+        for state in ("desired", "ready"):
+            with suppress(KeyError):
+                self.serving_group_replicas.remove(namespace, name, gpu_class, state)
 
     @contextmanager
     def reconcile_timer(self) -> Iterator[None]:
@@ -130,6 +151,8 @@ class OperatorMetrics:
         for gauge in (self.speculation_enabled, self.modelled_speedup):
             with suppress(KeyError):
                 gauge.remove(namespace, name)
+        for gpu_class in self._groups.pop((namespace, name), set()):
+            self._drop_group(namespace, name, gpu_class)
 
 
 METRICS = OperatorMetrics()

@@ -95,6 +95,21 @@ def test_observe_status_sets_phase_and_speculation_from_the_written_status(m: Op
     assert value(m, "tide_operator_phase", tide_namespace="llm", tide_deployment="fresh", phase="Pending") is None
 
 
+def test_serving_groups_have_desired_and_ready_series_that_go_with_the_group(m: OperatorMetrics) -> None:
+    labels = {"tide_namespace": "llm", "tide_deployment": "chat"}
+    m.observe_status("llm", "chat", {"servingGroups": [
+        {"gpuClass": "H100", "deployment": "chat-vllm-h100", "replicas": 2, "replicasReady": 2},
+        {"gpuClass": "MI250", "deployment": "chat-vllm-mi250", "replicas": 3, "replicasReady": 1}]})
+    assert value(m, "tide_operator_serving_group_replicas", **labels, gpu_class="MI250", state="desired") == 3
+    assert value(m, "tide_operator_serving_group_replicas", **labels, gpu_class="MI250", state="ready") == 1
+    m.observe_status("llm", "chat", {"servingGroups": [
+        {"gpuClass": "H100", "deployment": "chat-vllm-h100", "replicas": 5, "replicasReady": 4}]})
+    assert value(m, "tide_operator_serving_group_replicas", **labels, gpu_class="H100", state="desired") == 5
+    assert value(m, "tide_operator_serving_group_replicas", **labels, gpu_class="MI250", state="ready") is None
+    m.forget("llm", "chat")
+    assert value(m, "tide_operator_serving_group_replicas", **labels, gpu_class="H100", state="ready") is None
+
+
 def test_reconcile_timer_records_failed_passes_too(m: OperatorMetrics) -> None:
     with pytest.raises(RuntimeError), m.reconcile_timer():
         raise RuntimeError("apiserver went away")
