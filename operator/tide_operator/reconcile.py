@@ -45,7 +45,7 @@ from tide_operator.manifests.serving import (
 from tide_operator.manifests.serving_fleet import serving_deployments
 from tide_operator.passes.bootstrap_draft import bootstrap_pending, ensure_bootstrap
 from tide_operator.passes.control_step import run_control
-from tide_operator.passes.serving_groups import converge_serving, serving_names
+from tide_operator.passes.serving_groups import converge_serving, launched_deployment
 from tide_operator.passes.serving_status import (
     EventNote,
     ServingObservation,
@@ -143,8 +143,7 @@ def policy_refusal(spec: TideDeploymentSpec, namespace: str, name: str,
 
 
 def _group_requests(spec: TideDeploymentSpec, config: OperatorConfig) -> tuple[GroupRequest, ...]:
-    return group_requests([(g.gpu_class, g.min_replicas, g.max_replicas, g.gpus_per_replica)
-                           for g in spec.inference.serving_groups], config.catalog, spec.inference.gpus_per_replica)
+    return group_requests(spec.inference.serving_groups, config.catalog, spec.inference.gpus_per_replica)
 
 
 def child_names(name: str, status: TideDeploymentStatus, uid: str,
@@ -181,7 +180,7 @@ def _own_and_apply(meta: dict[str, Any], spec: TideDeploymentSpec, placement: Pl
     children_owned(draft)
     # Without spec.draft.initial: the bootstrap head, once its init Job wrote it (bootstrap_draft.py).
     bootstrap = ensure_bootstrap(name, namespace, spec, placement, config, cluster, adopt, draft,
-                                 _launched(name, placement, live))
+                                 launched_deployment(name, placement, lambda dep: live.get(("Deployment", dep))))
     try:
         token = control_token_secret(name, namespace, live[("Secret", names.control_token_secret_name(name))],
                                      rotation_request(meta), draft.now, config.serving.token_rotation_grace_seconds)
@@ -199,19 +198,11 @@ def _apply_children(name: str, namespace: str, spec: TideDeploymentSpec, placeme
     # The control token is kept, or rotated once per new tide.dev/rotate-token value (pods re-read it).
     cluster.apply(adopt(token), live[("Secret", token["metadata"]["name"])])
     # Pods that cannot switch speculation at runtime were rolled with the policy's table: keep it.
-    deployment = _launched(name, placement, live)
+    deployment = launched_deployment(name, placement, lambda dep: live.get(("Deployment", dep)))
     bands = launch_bands_with(launch_bands_of(deployment), bootstrap, bootstrap_draft_of(deployment))
     return tuple(cluster.apply(child, live[(child["kind"], child["metadata"]["name"])])
                  for child in map(adopt, _children(name, namespace, spec, placement, config, bands,
                                                                          bootstrap)))
-
-
-def _launched(name: str, placement: Placement,
-              live: dict[tuple[str, str], dict[str, Any] | None]) -> dict[str, Any] | None:
-    """The live serving Deployment whose launch settings (bootstrap draft, bands) carry over: a wanted one,
-    else the one Deployment that groups replace (so a migration launches the new pods the same way)."""
-    wanted = [live.get(("Deployment", dep)) for dep in serving_names(name, placement)]
-    return next((d for d in wanted if d is not None), None) or live.get(("Deployment", names.serving_name(name)))
 
 
 def _apply_disruption_budget(meta: dict[str, Any], spec: TideDeploymentSpec, cluster: Cluster, adopt: Any,

@@ -13,7 +13,8 @@ import copy
 import hashlib
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from kubernetes.client.rest import ApiException
 
 from tide_contracts.registry import DraftRegistry, FileEntry, Manifest
 from tide_contracts.serving_control import DEFAULT_CONTROL_PORT, ServingControlClient, ServingControlError
+from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 from tide_e2e.sim_draft import CAPTURE, TRAINER_ARGS, seed_draft_files  # noqa: F401 (re-exported to the tests)
 from tide_operator.api import GROUP, PLURAL, VERSION
 from tide_operator.control.lifecycle import run_id_for
@@ -47,6 +49,19 @@ def operator_config(scenario_file: Path, work: Path) -> dict[str, Any]:
     # Pods here are processes without volumes: one work dir per run, or a run resumes another's checkpoint.
     return {**sim_operator_config(scenario_file),
             "trainer": {"workDir": f"{work}/{{namespace}}/{{name}}/{{run_id}}", "extraArgs": TRAINER_ARGS}}
+
+
+@contextmanager
+def simulated_operator(plane: Any, kube: Any, scenario_file: Path, work: Path) -> Iterator[OperatorProcess]:
+    """A module's operator on the simulator's config (its CRD and RBAC installed first), stopped at the end:
+    the one it runs then, should a test have restarted it."""
+    install_crd(kube)
+    grant_operator_rbac(kube)
+    process = OperatorProcess(plane, operator_config(scenario_file, work)).start()
+    try:
+        yield process
+    finally:
+        process.stop()
 
 
 def upload(s3: Any, bucket: str, prefix: str, files: list[Path]) -> None:

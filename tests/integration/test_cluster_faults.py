@@ -40,19 +40,18 @@ from tests.integration.promotion_flow import (
     history,
     keys,
     lifecycle,
-    operator_config,
     patch_spec,
     pod_drafts,
     registry_prefix,
     scenario,
     seed_draft_files,
+    simulated_operator,
     spec,
     status,
     status_where,
     upload,
 )
 from tests.integration.s3_recorder import S3Recorder
-from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 from tide_localcluster import faults
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -128,11 +127,8 @@ def scenario_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def operator(plane, kube, scenario_file, tmp_path_factory):
-    install_crd(kube)
-    grant_operator_rbac(kube)
-    process = OperatorProcess(plane, operator_config(scenario_file, tmp_path_factory.mktemp("train"))).start()
-    yield process
-    process.stop()
+    with simulated_operator(plane, kube, scenario_file, tmp_path_factory.mktemp("train")) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

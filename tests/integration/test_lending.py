@@ -34,16 +34,15 @@ from tests.integration.kubewait import events_where, wait_for
 from tests.integration.promotion_flow import (
     create,
     lifecycle,
-    operator_config,
     patch_spec,
     scenario,
     seed_draft_files,
+    simulated_operator,
     spec,
     status,
     trained_job,
     upload,
 )
-from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 
 pytestmark = pytest.mark.integration
 
@@ -168,17 +167,14 @@ def scenario_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def operator(plane, kube, scenario_file, tmp_path_factory):
-    install_crd(kube)
     try:
         client.ApiextensionsV1Api(kube).create_custom_resource_definition(ROUTE_CRD)
     except client.ApiException as e:
         if e.status != 409:  # another module on this plane installed it
             raise
     wait_for(lambda: route_served(kube), "HTTPRoute served", timeout_s=30)
-    grant_operator_rbac(kube)
-    process = OperatorProcess(plane, operator_config(scenario_file, tmp_path_factory.mktemp("train"))).start()
-    yield process
-    process.stop()
+    with simulated_operator(plane, kube, scenario_file, tmp_path_factory.mktemp("train")) as process:
+        yield process
 
 
 def route_served(kube: Any) -> bool:

@@ -38,7 +38,6 @@ from tests.integration.promotion_flow import (
     events_once,
     history,
     lifecycle,
-    operator_config,
     patch_spec,
     pod_drafts,
     promote_seed,
@@ -46,6 +45,7 @@ from tests.integration.promotion_flow import (
     run_id,
     scenario,
     seed_draft_files,
+    simulated_operator,
     spec,
     status,
     status_where,
@@ -54,7 +54,6 @@ from tests.integration.promotion_flow import (
     upload,
 )
 from tide_contracts.registry import DraftRegistry, Manifest
-from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 
 pytestmark = pytest.mark.integration
 
@@ -70,11 +69,8 @@ def scenario_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def operator(plane, kube, scenario_file, tmp_path_factory):
-    install_crd(kube)
-    grant_operator_rbac(kube)
-    process = OperatorProcess(plane, operator_config(scenario_file, tmp_path_factory.mktemp("train"))).start()
-    yield process
-    process.stop()
+    with simulated_operator(plane, kube, scenario_file, tmp_path_factory.mktemp("train")) as process:
+        yield process
 
 
 def drift_warm(kube, namespace: str) -> dict | None:

@@ -41,7 +41,6 @@ from tests.integration.promotion_flow import (
     history,
     keys,
     lifecycle,
-    operator_config,
     patch_spec,
     pod_drafts,
     promote_seed,
@@ -49,6 +48,7 @@ from tests.integration.promotion_flow import (
     run_id,
     scenario,
     seed_draft_files,
+    simulated_operator,
     spec,
     status,
     status_where,
@@ -56,7 +56,6 @@ from tests.integration.promotion_flow import (
     upload,
 )
 from tide_contracts.registry import DraftRegistry
-from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 from tide_localcluster.plane import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
@@ -80,11 +79,8 @@ def scenario_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def operator(plane, kube, scenario_file, tmp_path_factory):
-    install_crd(kube)
-    grant_operator_rbac(kube)
-    process = OperatorProcess(plane, operator_config(scenario_file, tmp_path_factory.mktemp("train"))).start()
-    yield process
-    process.stop()  # the restarted one, if a test restarted it
+    with simulated_operator(plane, kube, scenario_file, tmp_path_factory.mktemp("train")) as process:
+        yield process
 
 
 class DeploymentS3:

@@ -21,15 +21,14 @@ from kubernetes import client
 from tests.integration.kubewait import events_where, wait_for
 from tests.integration.promotion_flow import (
     create,
-    operator_config,
     patch_spec,
     seed_draft_files,
+    simulated_operator,
     spec,
     status,
     upload,
 )
 from tests.integration.test_lending import GOOD, SELECTOR, ReadyClient, quiet_scenario
-from tide_e2e.operator_install import OperatorProcess, grant_operator_rbac, install_crd
 
 pytestmark = pytest.mark.integration
 
@@ -45,11 +44,8 @@ def scenario_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def operator(plane, kube, scenario_file, tmp_path_factory):
-    install_crd(kube)
-    grant_operator_rbac(kube)
-    process = OperatorProcess(plane, operator_config(scenario_file, tmp_path_factory.mktemp("train"))).start()
-    yield process
-    process.stop()
+    with simulated_operator(plane, kube, scenario_file, tmp_path_factory.mktemp("train")) as process:
+        yield process
 
 
 class ReadySampler:

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from tide_operator.api.spec_workload import ServingGroup
 from tide_operator.catalog import GpuCatalog, GpuClass
 from tide_operator.control.actions import Bands
 from tide_operator.control.cost_model import CostProfile, tokens_per_batch_size_table
@@ -117,12 +118,12 @@ def vendor_problem(groups: Sequence[GroupRequest], image: str | None) -> str | N
     return None
 
 
-def group_requests(groups: Sequence[tuple[str, int, int | None, int | None]], catalog: GpuCatalog,
+def group_requests(groups: Sequence[ServingGroup], catalog: GpuCatalog,
                    gpus_per_replica: int) -> tuple[GroupRequest, ...]:
-    """(class, min, max, gpusPerReplica or None) of the spec's groups, with their catalog classes."""
+    """The spec's groups with their catalog classes (inference.gpusPerReplica where a group sets none)."""
     by_name = {c.name: c for c in catalog.gpu_classes}
-    return tuple(GroupRequest(by_name[name], per_replica or gpus_per_replica, low, high)
-                 for name, low, high, per_replica in groups if name in by_name)
+    return tuple(GroupRequest(by_name[g.gpu_class], g.gpus_per_replica or gpus_per_replica, g.min_replicas,
+                              g.max_replicas) for g in groups if g.gpu_class in by_name)
 
 
 def retiring_replicas(total: int, ready_staying: int, retiring_now: int) -> int:

@@ -107,7 +107,8 @@ class ClusterEffects:
 
     def _roll_speculation(self, action: act.SetSpeculation, refused: RestartRequired) -> str | None:
         bands = self._on_bands(action.tokens_per_batch_size) if action.enabled else OFF_BANDS
-        live = launched_deployment(self.name, self.namespace, self.placement, self.cluster)
+        live = launched_deployment(self.name, self.placement,
+                                   lambda dep: self.cluster.deployment(self.namespace, dep))
         if launch_bands_of(live) == bands:
             return None  # already rolled this way: the refusals come from pods still being replaced
         try:

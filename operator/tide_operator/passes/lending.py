@@ -172,7 +172,7 @@ def _carry_out(name: str, namespace: str, spec: TideDeploymentSpec, placement: P
         return  # nothing lent and nothing to lend: no Deployment is made for it
     if placement.training.gpu_class is None:
         return  # no class to lend on: a live lent Deployment stays as it is until one is chosen
-    main = launched_deployment(name, namespace, placement, cluster) or {}
+    main = launched_deployment(name, placement, lambda dep: cluster.deployment(namespace, dep)) or {}
     desired = build_lent_deployment(name, namespace, spec, placement, lending.config, plan.replicas,
                                     bootstrap_draft=bootstrap_draft_of(main), launch_bands=launch_bands_of(main))
     cluster.apply(lending.adopt(desired), live)

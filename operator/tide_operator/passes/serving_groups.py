@@ -9,6 +9,7 @@ Only Deployments with our owner UID are scaled or deleted; one that fails stays,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -29,11 +30,12 @@ def serving_names(name: str, placement: Placement) -> list[str]:
             if g.choice.gpu_class is not None] or [names.serving_name(name)]
 
 
-def launched_deployment(name: str, namespace: str, placement: Placement, cluster: Cluster) -> dict[str, Any] | None:
-    """The live serving Deployment whose launch settings (bootstrap draft, bands) the others carry: a wanted
-    one, else the one Deployment that groups replace."""
+def launched_deployment(name: str, placement: Placement,
+                        read: Callable[[str], dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The live serving Deployment (by ``read``) whose launch settings (bootstrap draft, bands) the others
+    carry: a wanted one, else the one Deployment that groups replace (a migration launches pods the same way)."""
     for dep in [*serving_names(name, placement), names.serving_name(name)]:
-        if (live := cluster.deployment(namespace, dep)) is not None:
+        if (live := read(dep)) is not None:
             return live
     return None
 

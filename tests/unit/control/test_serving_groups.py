@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tide_operator.api.spec_workload import ServingGroup
 from tide_operator.config import OperatorConfig
 from tide_operator.control.placement import NodeInventory, PoolRequest, choose_group_pools
 from tide_operator.control.serving_groups import (
@@ -90,7 +91,8 @@ def test_one_image_cannot_serve_two_vendors() -> None:
 
 
 def test_group_requests_take_each_groups_gpus_or_the_inference_default() -> None:
-    groups = group_requests([("H100", 1, 4, None), ("MI250", 0, None, 4)], CATALOG, 2)
+    groups = group_requests([ServingGroup.model_validate({"gpuClass": "H100", "minReplicas": 1, "maxReplicas": 4}),
+                             ServingGroup.model_validate({"gpuClass": "MI250", "gpusPerReplica": 4})], CATALOG, 2)
     assert [(g.gpu_class.name, g.gpus_per_replica, g.min_replicas, g.max_replicas) for g in groups] == [
         ("H100", 2, 1, 4), ("MI250", 4, 0, None)]
 

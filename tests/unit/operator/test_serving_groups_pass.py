@@ -216,8 +216,7 @@ def test_the_fleet_example_parses_and_places_a_deployment_per_class() -> None:
     document = yaml.safe_load((Path(__file__).resolve().parents[3] / "examples" / "tidedeployment-fleet.yaml")
                               .read_text())
     spec = parse_spec(document["spec"], CONFIG.catalog.names())
-    groups = group_requests([(g.gpu_class, g.min_replicas, g.max_replicas, g.gpus_per_replica)
-                             for g in spec.inference.serving_groups], CONFIG.catalog, spec.inference.gpus_per_replica)
+    groups = group_requests(spec.inference.serving_groups, CONFIG.catalog, spec.inference.gpus_per_replica)
     assert [(g.gpu_class.name, g.min_replicas, g.max_replicas) for g in groups] == [("H100", 2, None),
                                                                                   ("MI250", 0, 4)]
     assert spec.inference.serving_groups[1].cost_profile.config_map_ref.name == "chat-mi250-costs"
